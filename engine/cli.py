@@ -1,2 +1,74 @@
-def main() -> int:
-    return 0
+"""The ``shardproof`` command line. Subcommands follow the data flow; ``check`` never imports torch."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .errors import InputError
+
+EXIT = {"verified": 0, "diverged": 1, "unsupported": 2, "inconclusive": 2}
+EXIT_BAD_INPUT = 3
+
+
+def _check(args: argparse.Namespace) -> int:
+    from .analysis.verify import Budget, verify
+    from .hlo.parser import parse_hlo_file
+    from .relations import load_relations
+    from .sourcemap import SourceMap
+
+    spec = load_relations(args.relations)
+    base = parse_hlo_file(args.baseline)
+    dist = parse_hlo_file(args.distributed)
+    sm = SourceMap.load(args.sourcemap) if args.sourcemap else None
+    result = verify(spec, base, dist, sm, Budget(args.max_iterations, args.timeout))
+    doc = result.to_json()
+    doc["inputs"] = {"baseline": str(args.baseline), "distributed": str(args.distributed), "relations": str(args.relations)}
+    if args.json:
+        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"{result.verdict}: {result.reason}")
+    for d in result.divergences:
+        src = d["source"]
+        where = f"{src['file']}:{src['line']}" if src["file"] else "<no source>"
+        print(f"{where}  {d['instruction']}  {d['cause']}")
+    for u in result.unsupported:
+        print(f"{u['side']}:{u['line']}  %{u['instruction']}  {u['reason']}")
+    if args.timings:
+        for k, v in result.timings.items():
+            print(f"  {k:10s} {v * 1000:8.1f} ms", file=sys.stderr)
+    return EXIT[result.verdict]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="shardproof", description="Prove distributed HLO equivalent to its single-device baseline, or pinpoint where it diverges.")
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("check", help="verify one baseline/distributed HLO pair")
+    c.add_argument("baseline", type=Path)
+    c.add_argument("distributed", type=Path)
+    c.add_argument("--relations", required=True, type=Path, help="relations YAML (groups, inputs, outputs)")
+    c.add_argument("--sourcemap", type=Path, help="JSON: instruction name -> source frames")
+    c.add_argument("--json", type=Path, help="write the full result (verdict, divergences, trace) here")
+    c.add_argument("--max-iterations", type=int, default=400, help="rewrite iteration budget (default 400)")
+    c.add_argument("--timeout", type=float, default=120.0, help="saturation time budget in seconds")
+    c.add_argument("--timings", action="store_true", help="print a time breakdown to stderr")
+    c.set_defaults(func=_check)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return EXIT_BAD_INPUT if e.code not in (0, None) else 0
+    try:
+        return int(args.func(args))
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

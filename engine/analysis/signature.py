@@ -1,0 +1,96 @@
+"""Canonical signature keys of instructions, and their per-rank forms.
+
+A key names *what* an instruction computes, independently of its name and position: opcode, the
+attributes that change its value, operand shapes and result shape. Equal keys on equal operands
+give equal values — the e-graph's hash-consing relies on that. Attributes that never change values
+(metadata, sharding, channel ids, ...) are left out; anything else, understood or not, is kept, so
+an unknown attribute can only make keys differ (lose a proof), never collide.
+
+The per-rank form of a baseline instruction (what each rank must run on its shard) is the same
+signature with some dimensions divided by the group size; ``Sig.with_dims`` builds it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..ir import Instruction, Shape
+from .ops import COLLECTIVES, VALUE_NEUTRAL_ATTRS
+
+Dims = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Sig:
+    opcode: str
+    attrs: tuple[tuple[str, str], ...]
+    ins: tuple[tuple[str, Dims], ...]  # operand (dtype, dims)
+    out: tuple[str, Dims]
+
+    def key(self) -> str:
+        a = ";".join(f"{k}={v}" for k, v in self.attrs)
+        i = ",".join(f"{t}[{'x'.join(map(str, d))}]" for t, d in self.ins)
+        return f"{self.opcode}|{a}|{i}|{self.out[0]}[{'x'.join(map(str, self.out[1]))}]"
+
+    def attr(self, name: str) -> str | None:
+        for k, v in self.attrs:
+            if k == name:
+                return v
+        return None
+
+    def with_dims(self, ins: list[Dims] | None = None, out: Dims | None = None, **attrs: Any) -> Sig:
+        new_ins = self.ins if ins is None else tuple((t, d) for (t, _), d in zip(self.ins, ins, strict=True))
+        new_out = self.out if out is None else (self.out[0], out)
+        new_attrs = dict(self.attrs)
+        for k, v in attrs.items():
+            new_attrs[k] = _text(v)
+        return replace(self, ins=new_ins, out=new_out, attrs=tuple(sorted(new_attrs.items())))
+
+
+def _text(v: Any) -> str:
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_text(x) for x in v) + "]"
+    return str(v)
+
+
+def _dims(s: Shape) -> Dims:
+    return tuple(s.dims)
+
+
+def make_sig(ins: Instruction, operand_shapes: list[Shape], groups_ok: bool | None = None) -> Sig:
+    attrs: dict[str, str] = {}
+    for k in sorted(set(ins.attrs) | set(ins.parsed)):
+        if k in VALUE_NEUTRAL_ATTRS or k in ("replica_groups", "to_apply", "source_target_pairs", "reducer"):
+            continue
+        v = ins.parsed.get(k, ins.attrs.get(k))
+        attrs[k] = _text(v)
+    if ins.parsed.get("reducer"):
+        attrs["reducer"] = str(ins.parsed["reducer"])
+    if ins.opcode in COLLECTIVES:
+        # Collectives discharge relations only over the sharding group; the key says which.
+        attrs["groups"] = "G" if groups_ok else _text(ins.parsed.get("replica_groups", []))
+    if "source_target_pairs" in ins.parsed:
+        attrs["pairs"] = _text(ins.parsed["source_target_pairs"])
+    if ins.opcode == "custom-call" and "backend_config" in ins.attrs:
+        attrs["backend_config"] = ins.attrs["backend_config"]
+    return Sig(
+        ins.opcode,
+        tuple(sorted(attrs.items())),
+        tuple((s.dtype, _dims(s)) for s in operand_shapes),
+        (ins.shape.dtype, _dims(ins.shape)),
+    )
+
+
+def scale(dims: Dims, d: int, c: int) -> Dims | None:
+    """dims with dims[d] divided by c, or None when it does not divide."""
+    if d < 0 or d >= len(dims) or dims[d] % c or dims[d] < c:
+        return None
+    return (*dims[:d], dims[d] // c, *dims[d + 1 :])
+
+
+def prod(xs: Dims) -> int:
+    n = 1
+    for x in xs:
+        n *= x
+    return n

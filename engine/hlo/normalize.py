@@ -1,0 +1,232 @@
+"""Normalize a parsed HLO module so both graphs speak the same small dialect.
+
+Each pass is a function from an entry computation to a new one (the torch.fx model). What they do
+and why:
+- ``strip_tokens``: torch-xla threads a token through ``xm.*`` collectives (``x + broadcast(tok)``
+  before, ``tok * gather(result)`` after, the token being a scalar parameter). Adding a broadcast
+  scalar that is the token is the identity only if the token is 0 — torch-xla feeds 0 — so we
+  remove those adds/multiplies only when the scalar provably is the token parameter.
+- ``split_tuples``: a multi-operand all-reduce returns a tuple; split it into one all-reduce per
+  operand (identical semantics) and resolve ``get-tuple-element(tuple(...))``.
+- ``fold_noops``: drop converts to the same type, copies, identity transposes/reshapes, and
+  collapse reshape∘reshape and transpose∘transpose chains (row-major reshapes compose exactly).
+- ``dce``: keep only instructions the root depends on.
+Reducer computations are classified (add/max/min/mul/and/or) into ``parsed['reducer']``.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+
+from ..ir import Computation, Instruction, Module, Shape
+
+REDUCER_OPS = {
+    "add": "add",
+    "maximum": "max",
+    "minimum": "min",
+    "multiply": "mul",
+    "and": "and",
+    "or": "or",
+}
+
+COLLECTIVES_WITH_REDUCER = ("all-reduce", "reduce-scatter", "reduce", "all-reduce-start")
+
+
+def classify_reducer(comp: Computation) -> str | None:
+    """'add', 'max', ... when the computation is ``ROOT op(p0, p1)`` of its two scalar params."""
+    params = comp.parameters
+    root = comp.root
+    if len(params) != 2 or root.opcode not in REDUCER_OPS:
+        return None
+    names = {p.name for p in params}
+    # Seen through a convert pair (bf16 reducers upcast): keep strict, only direct params count.
+    if set(root.operands) != names or len(root.operands) != 2:
+        return None
+    return REDUCER_OPS[root.opcode]
+
+
+def _clone(comp: Computation) -> Computation:
+    return Computation(comp.name, [copy.copy(i) for i in comp.instructions], comp.is_entry, comp.loc)
+
+
+def _rewire(instrs: list[Instruction], alias: dict[str, str]) -> None:
+    def res(n: str) -> str:
+        while n in alias:
+            n = alias[n]
+        return n
+
+    for ins in instrs:
+        ins.operands = [res(o) for o in ins.operands]
+
+
+def classify_reducers(module: Module) -> None:
+    for comp in module.computations.values():
+        for ins in comp.instructions:
+            callee = ins.parsed.get("to_apply")
+            if isinstance(callee, str) and callee in module.computations:
+                kind = classify_reducer(module.computations[callee])
+                ins.parsed["reducer"] = kind or f"computation:{callee}"
+
+
+def strip_tokens(comp: Computation) -> Computation:
+    """Remove torch-xla's token arithmetic around collectives (see module docstring)."""
+    comp = _clone(comp)
+    by = {i.name: i for i in comp.instructions}
+    token_params = {
+        i.name
+        for i in comp.instructions
+        if i.opcode == "parameter" and i.shape.dims == () and i.shape.dtype in ("f32", "bf16", "f16", "s32")
+        and _feeds_only_token_plumbing(i.name, comp)
+    }
+    if not token_params:
+        return comp
+
+    def is_token_scalar(name: str) -> bool:
+        ins = by[name]
+        while ins.opcode in ("broadcast", "reshape", "convert") and ins.operands:
+            ins = by[ins.operands[0]]
+        return ins.name in token_params
+
+    alias: dict[str, str] = {}
+    for ins in comp.instructions:
+        if ins.opcode == "add" and len(ins.operands) == 2:
+            a, b = ins.operands
+            if is_token_scalar(b):
+                alias[ins.name] = a
+            elif is_token_scalar(a):
+                alias[ins.name] = b
+    _rewire(comp.instructions, alias)
+    return comp
+
+
+def _feeds_only_token_plumbing(name: str, comp: Computation) -> bool:
+    """A token parameter is only ever broadcast and added to collective inputs."""
+    users = [i for i in comp.instructions if name in i.operands]
+    if not users:
+        return False
+    frontier = list(users)
+    seen: set[str] = set()
+    while frontier:
+        u = frontier.pop()
+        if u.name in seen:
+            continue
+        seen.add(u.name)
+        if u.opcode in ("broadcast", "reshape", "convert"):
+            frontier.extend(i for i in comp.instructions if u.name in i.operands)
+        elif u.opcode == "add":
+            consumers = [i for i in comp.instructions if u.name in i.operands]
+            if not consumers or any(c.opcode not in ("all-reduce", "tuple") for c in consumers):
+                return False
+        elif u.opcode == "multiply":
+            continue  # tok * f(result): the token-after side, removed by multiply folding below
+        else:
+            return False
+    return True
+
+
+def split_tuples(comp: Computation) -> Computation:
+    """One all-reduce per operand; get-tuple-element of a known tuple resolves to the element."""
+    comp = _clone(comp)
+    out: list[Instruction] = []
+    alias: dict[str, str] = {}
+    pieces: dict[str, list[str]] = {}
+    by = {i.name: i for i in comp.instructions}
+    for ins in comp.instructions:
+        ins.operands = [alias.get(o, o) for o in ins.operands]
+        if ins.opcode == "all-reduce" and ins.shape.is_tuple and len(ins.operands) == len(ins.shape.tuple_shapes):
+            names = []
+            for k, (opnd, shp) in enumerate(zip(ins.operands, ins.shape.tuple_shapes, strict=True)):
+                piece = replace(ins, name=f"{ins.name}.{k}", shape=shp, operands=[opnd], is_root=False)
+                piece.parsed = dict(ins.parsed)
+                out.append(piece)
+                names.append(piece.name)
+            pieces[ins.name] = names
+            continue
+        if ins.opcode == "tuple":
+            pieces[ins.name] = list(ins.operands)
+        if ins.opcode == "get-tuple-element" and ins.operands and ins.operands[0] in pieces and ins.tuple_index is not None:
+            alias[ins.name] = pieces[ins.operands[0]][ins.tuple_index]
+            if ins.is_root:
+                by[alias[ins.name]].is_root = True
+            continue
+        out.append(ins)
+    _rewire(out, alias)
+    return Computation(comp.name, out, comp.is_entry, comp.loc)
+
+
+def fold_noops(comp: Computation) -> Computation:
+    comp = _clone(comp)
+    by = {i.name: i for i in comp.instructions}
+    alias: dict[str, str] = {}
+
+    def res(n: str) -> str:
+        while n in alias:
+            n = alias[n]
+        return n
+
+    for ins in comp.instructions:
+        ins.operands = [res(o) for o in ins.operands]
+        src = by.get(ins.operands[0]) if ins.operands else None
+        if src is None:
+            continue
+        if ins.opcode in ("copy", "bitcast") and ins.opcode == "copy" and src.shape == ins.shape:
+            alias[ins.name] = src.name
+        elif ins.opcode == "convert" and _same_type(src.shape, ins.shape):
+            alias[ins.name] = src.name
+        elif ins.opcode == "reshape":
+            if src.opcode == "reshape":
+                ins.operands = [src.operands[0]]
+                src = by[src.operands[0]]
+            if src.shape.dims == ins.shape.dims and src.shape.dtype == ins.shape.dtype:
+                alias[ins.name] = src.name
+        elif ins.opcode == "transpose":
+            perm = list(ins.parsed.get("dimensions", []))
+            if src.opcode == "transpose":
+                inner = list(src.parsed.get("dimensions", []))
+                perm = [inner[p] for p in perm]
+                ins.parsed = dict(ins.parsed, dimensions=perm)
+                ins.operands = [src.operands[0]]
+            if perm == list(range(len(perm))):
+                alias[ins.name] = ins.operands[0]
+    for ins in comp.instructions:
+        if ins.is_root and ins.name in alias:
+            by[res(ins.name)].is_root = True
+    kept = [i for i in comp.instructions if i.name not in alias]
+    _rewire(kept, alias)
+    return Computation(comp.name, kept, comp.is_entry, comp.loc)
+
+
+def _same_type(a: Shape, b: Shape) -> bool:
+    return a.dtype == b.dtype and a.dims == b.dims
+
+
+def dce(comp: Computation) -> Computation:
+    by = {i.name: i for i in comp.instructions}
+    roots = [i for i in comp.instructions if i.is_root] or comp.instructions[-1:]
+    live: set[str] = set()
+    stack = [r.name for r in roots]
+    while stack:
+        n = stack.pop()
+        if n in live or n not in by:
+            continue
+        live.add(n)
+        stack.extend(by[n].operands)
+    # Parameters stay even when unused: the relations file numbers them.
+    kept = [i for i in comp.instructions if i.name in live or i.opcode == "parameter"]
+    if sum(1 for i in kept if i.is_root) > 1:
+        for i in kept[:-1]:
+            i.is_root = False
+    return Computation(comp.name, kept, comp.is_entry, comp.loc)
+
+
+def normalize(module: Module) -> Module:
+    """Return a new module whose entry computation went through every pass."""
+    module = copy.copy(module)
+    module.computations = dict(module.computations)
+    classify_reducers(module)
+    entry = module.entry
+    for step in (strip_tokens, split_tuples, fold_noops, dce):
+        entry = step(entry)
+    module.computations[module.entry_name] = entry
+    return module

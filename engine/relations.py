@@ -1,0 +1,158 @@
+"""The relations file: how inputs of the two graphs are related, and what outputs must satisfy.
+
+This is a contract with the front end and with users writing it by hand for foreign HLO; the
+names (groups, inputs, outputs, baseline, distributed, relation, dim, blocks) stay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import InputError
+
+INPUT_RELATIONS = ("duplicate", "sharded", "partial", "rank")
+OUTPUT_RELATIONS = ("duplicate", "sharded", "partial")
+REDUCE_OPS = ("add", "max", "min")
+
+
+@dataclass(frozen=True)
+class Relation:
+    kind: str  # duplicate | sharded | partial | rank
+    dim: int | None = None
+    blocks: tuple[int, ...] = ()
+    op: str = "add"
+
+    def describe(self) -> str:
+        if self.kind == "sharded":
+            b = f", blocks={list(self.blocks)}" if self.blocks else ""
+            return f"sharded(dim={self.dim}{b})"
+        if self.kind == "partial":
+            return f"partial({self.op})"
+        return self.kind
+
+
+@dataclass(frozen=True)
+class Binding:
+    baseline: int | str | None
+    distributed: int | str | None
+    relation: Relation
+    key: str  # "inputs[2]" for messages
+    int_range: tuple[int, int] | None = None
+
+
+@dataclass
+class CustomCallRule:
+    target: str
+    keeps: tuple[str, ...]  # relations the call preserves, e.g. ("duplicate",)
+
+
+@dataclass
+class RelationSpec:
+    groups: list[list[int]]
+    inputs: list[Binding]
+    outputs: list[Binding]
+    custom_calls: dict[str, CustomCallRule] = field(default_factory=dict)
+    path: str = "<relations>"
+
+    @property
+    def c(self) -> int:
+        return len(self.groups[0])
+
+
+def load_relations(path: str | Path) -> RelationSpec:
+    p = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise InputError(p, "", f"cannot read relations file: {e.strerror}") from e
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{mark.line + 1}:{mark.column + 1}" if mark else ""
+        raise InputError(p, where, f"not valid YAML: {getattr(e, 'problem', e)}") from e
+    return parse_relations(data, p)
+
+
+def parse_relations(data: Any, path: str = "<relations>") -> RelationSpec:
+    def fail(key: str, msg: str) -> InputError:
+        return InputError(path, key, msg)
+
+    if not isinstance(data, dict):
+        raise fail("", "expected a mapping with keys groups, inputs, outputs")
+    unknown = set(data) - {"groups", "inputs", "outputs", "custom_calls", "description"}
+    if unknown:
+        raise fail(sorted(unknown)[0], "unknown key; expected one of groups, inputs, outputs, custom_calls")
+    groups = data.get("groups")
+    if not isinstance(groups, list) or not groups or not all(isinstance(g, list) and g and all(isinstance(r, int) and not isinstance(r, bool) for r in g) for g in groups):
+        raise fail("groups", "expected a non-empty list of rank lists, e.g. [[0, 1, 2, 3]]")
+    sizes = {len(g) for g in groups}
+    if len(sizes) != 1:
+        raise fail("groups", f"all groups must have the same size, got sizes {sorted(sizes)}")
+    flat = [r for g in groups for r in g]
+    if len(set(flat)) != len(flat):
+        raise fail("groups", "a rank appears in two groups")
+    inputs = [_binding(x, f"inputs[{i}]", INPUT_RELATIONS, fail) for i, x in enumerate(_list(data, "inputs", fail))]
+    outputs = [_binding(x, f"outputs[{i}]", OUTPUT_RELATIONS, fail) for i, x in enumerate(_list(data, "outputs", fail))]
+    if not outputs:
+        raise fail("outputs", "expected at least one output relation")
+    for b in inputs:
+        if b.relation.kind == "rank":
+            if b.distributed is None or b.baseline is not None:
+                raise fail(b.key, "a rank input names only a distributed parameter")
+        elif b.baseline is None or b.distributed is None:
+            raise fail(b.key, "expected both 'baseline' and 'distributed' parameters")
+    for b in outputs:
+        if not isinstance(b.baseline, int) or not isinstance(b.distributed, int):
+            raise fail(b.key, "outputs name ROOT tuple indices (integers) for baseline and distributed")
+    ccs: dict[str, CustomCallRule] = {}
+    for i, cc in enumerate(data.get("custom_calls") or []):
+        if not isinstance(cc, dict) or not isinstance(cc.get("target"), str):
+            raise fail(f"custom_calls[{i}]", "expected {target: NAME, keeps: [duplicate, ...]}")
+        keeps = cc.get("keeps", ["duplicate"])
+        if not isinstance(keeps, list) or any(k not in ("duplicate",) for k in keeps):
+            raise fail(f"custom_calls[{i}].keeps", "expected a list of relations the call preserves: [duplicate]")
+        ccs[cc["target"]] = CustomCallRule(cc["target"], tuple(keeps))
+    return RelationSpec(groups, inputs, outputs, ccs, path)
+
+
+def _list(data: dict[str, Any], key: str, fail: Any) -> list[Any]:
+    v = data.get(key)
+    if not isinstance(v, list):
+        raise fail(key, "expected a list of {baseline, distributed, relation, ...} entries")
+    return v
+
+
+def _binding(x: Any, key: str, allowed: tuple[str, ...], fail: Any) -> Binding:
+    if not isinstance(x, dict):
+        raise fail(key, "expected a mapping like {baseline: 0, distributed: 0, relation: duplicate}")
+    extra = set(x) - {"baseline", "distributed", "relation", "dim", "blocks", "op", "int_range", "name"}
+    if extra:
+        raise fail(f"{key}.{sorted(extra)[0]}", "unknown key")
+    rel = x.get("relation")
+    if rel not in allowed:
+        raise fail(f"{key}.relation", f"expected one of {', '.join(allowed)}, got {rel!r}")
+    for side in ("baseline", "distributed"):
+        v = x.get(side)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, str)) or (isinstance(v, int) and v < 0)):
+            raise fail(f"{key}.{side}", "expected a parameter number (0-based) or a parameter name")
+    dim = x.get("dim")
+    if rel == "sharded":
+        if not isinstance(dim, int) or isinstance(dim, bool) or dim < 0:
+            raise fail(f"{key}.dim", "a sharded relation needs 'dim', a non-negative integer")
+    elif dim is not None:
+        raise fail(f"{key}.dim", f"'dim' only applies to sharded, not {rel}")
+    blocks = x.get("blocks") or []
+    if blocks and (rel != "sharded" or not all(isinstance(b, int) and b > 0 for b in blocks)):
+        raise fail(f"{key}.blocks", "expected a list of positive block sizes on a sharded relation")
+    op = x.get("op", "add")
+    if op not in REDUCE_OPS:
+        raise fail(f"{key}.op", f"expected one of {', '.join(REDUCE_OPS)}")
+    ir = x.get("int_range")
+    if ir is not None and not (isinstance(ir, list) and len(ir) == 2 and all(isinstance(v, int) for v in ir)):
+        raise fail(f"{key}.int_range", "expected [lo, hi]")
+    return Binding(x.get("baseline"), x.get("distributed"), Relation(rel, dim, tuple(blocks), op), key, tuple(ir) if ir else None)
