@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 
 from ..ir import Computation, Instruction, Module, Shape
 from ..relations import RelationSpec
-from .ops import BINARY_POINTWISE, COLLECTIVES, COMMUTATIVE, KNOWN
+from .ops import BINARY_POINTWISE, COLLECTIVES, COMMUTATIVE, KNOWN, TERNARY_POINTWISE, UNARY_POINTWISE
+
+POINTWISE = UNARY_POINTWISE | BINARY_POINTWISE | TERNARY_POINTWISE
 from .signature import Sig, make_sig
 from .tables import Tables
 
@@ -72,7 +74,12 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
     g = Graphs(spec, baseline, distributed)
     tables = Tables(spec.c)
     g.tables = tables
-    rows: dict[str, list[tuple[object, ...]]] = {k: [] for k in ("leafrow", "litrow", "urow", "brow", "trow", "vrow", "nilrow", "consrow", "rankrow", "commutative", "mirror")}
+    rows: dict[str, list[tuple[object, ...]]] = {k: [] for k in ("leafrow", "litrow", "urow", "brow", "trow", "vrow", "nilrow", "consrow", "rankrow", "commutative", "mirror", "layoutop", "ew", "scalarfill")}
+    for d in range(8):
+        rows.setdefault("kind-sh", []).append((f"s:{d}", d))
+        rows.setdefault("kind-plain", []).append((f"s:{d}",))
+    rows["kind-plain"].append(("dup",))
+    rows["kind-p"] = [(f"p:{op}", op) for op in ("add", "max", "min")]
     block_specs = {b.relation.blocks for b in spec.inputs if b.relation.blocks}
     list_id = [0]
 
@@ -126,6 +133,12 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
                 rows["trow"].append((gid, key, *operands))
             else:
                 rows["vrow"].append((gid, key, new_list(operands)))
+            if ins.opcode in ("reshape", "transpose"):
+                rows["layoutop"].append((key,))
+            if ins.opcode in POINTWISE:
+                rows["ew"].append((key, sig.pointwise_name()))
+            if ins.opcode == "broadcast" and opnd_shapes[0].dims == ():
+                rows["scalarfill"].append((key,))
             if side == "baseline":
                 init = None
                 if ins.opcode == "reduce" and len(operands) == 2:

@@ -33,6 +33,11 @@ class Sig:
         i = ",".join(f"{t}[{'x'.join(map(str, d))}]" for t, d in self.ins)
         return f"{self.opcode}|{a}|{i}|{self.out[0]}[{'x'.join(map(str, self.out[1]))}]"
 
+    def pointwise_name(self) -> str:
+        """The op without its shapes: pointwise ops with equal names compute the same map."""
+        a = ";".join(f"{k}={v}" for k, v in self.attrs)
+        return f"{self.opcode}|{a}|{','.join(t for t, _ in self.ins)}|{self.out[0]}"
+
     def attr(self, name: str) -> str | None:
         for k, v in self.attrs:
             if k == name:

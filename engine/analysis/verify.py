@@ -11,8 +11,9 @@ from ..hlo.normalize import normalize
 from ..ir import Instruction, Module
 from ..relations import Binding, RelationSpec
 from ..sourcemap import SourceMap, from_metadata
-from .egg import Session
+from .egg import RunStats, Session
 from .graph import Graphs, Node, build
+from .layouts import LayoutSolver
 from .ops import COLLECTIVES
 
 VERIFIED, DIVERGED, UNSUPPORTED, INCONCLUSIVE = "verified", "diverged", "unsupported", "inconclusive"
@@ -22,6 +23,7 @@ VERIFIED, DIVERGED, UNSUPPORTED, INCONCLUSIVE = "verified", "diverged", "unsuppo
 class Budget:
     max_iterations: int = 400
     seconds: float = 120.0
+    layout_rounds: int = 32
 
 
 @dataclass
@@ -170,10 +172,11 @@ def verify(spec: RelationSpec, baseline: Module, distributed: Module, sourcemap:
                 session.command(f'(partial (N {bg}) (N {dg}) "{rel.op}")')
         timings["load"] = time.perf_counter() - t
         t = time.perf_counter()
-        stats = session.run(budget.max_iterations, budget.seconds)
+        solver = LayoutSolver(spec.c)
+        stats = _saturate(session, g, solver, budget)
         timings["saturate"] = time.perf_counter() - t
         t = time.perf_counter()
-        facts = _read_facts(session, g)
+        facts = _read_facts(session, g, solver)
     finally:
         session.close()
     res = _decide(spec, g, facts, bouts, douts, sm, stats.saturated)
@@ -181,6 +184,35 @@ def verify(spec: RelationSpec, baseline: Module, distributed: Module, sourcemap:
     timings["localize"] = time.perf_counter() - t
     res.timings = timings
     return res
+
+
+def _saturate(session: Session, g: Graphs, solver: LayoutSolver, budget: Budget) -> RunStats:
+    """Run the rules; between runs answer the layout family's requests; repeat until quiet."""
+    sigs = {n.sig.key(): n.sig for n in g.nodes if n.sig is not None}
+    total = RunStats(0, False, 0.0)
+    for _ in range(budget.layout_rounds):
+        stats = session.run(budget.max_iterations - total.iterations, budget.seconds - total.seconds)
+        total = RunStats(total.iterations + stats.iterations, stats.saturated, total.seconds + stats.seconds)
+        if not stats.saturated:
+            return total
+        wants = session.rows(["lwant-d", "lwant-b"])
+        answers: dict[str, list[tuple[object, ...]]] = {"lstep-d": [], "lstep-b": []}
+        fresh = False
+        for table, side in (("lwant-d", "d"), ("lwant-b", "b")):
+            for lkey, kind, k in wants[table]:
+                tag = (side, str(lkey), str(kind), str(k))
+                if tag in solver.answered:
+                    continue
+                solver.answered.add(tag)
+                fresh = True
+                step = solver.step(side, str(lkey), str(kind), sigs[str(k)])
+                if step is not None:
+                    answers[f"lstep-{side}"].append((lkey, kind, k, *step))
+        if not fresh:
+            return total
+        for table, rows in answers.items():
+            session.load(table, rows)
+    return RunStats(total.iterations, False, total.seconds)
 
 
 @dataclass
@@ -191,8 +223,8 @@ class Facts:
     members: dict[int, list[int]]  # e-class number -> gids
 
 
-def _read_facts(session: Session, g: Graphs) -> Facts:
-    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank"])
+def _read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
+    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout"])
     cls_of_value: dict[object, int] = {}
     classes: dict[int, int] = {}
     members: dict[int, list[int]] = {}
@@ -222,6 +254,9 @@ def _read_facts(session: Session, g: Graphs) -> Facts:
         add(x, xp, f"sharded(dim={d}, blocks=[{s}])" if s else f"sharded(dim={d})")
     for x, xp, op in tables["partial"]:
         add(x, xp, f"partial({op})")
+    for x, xp, lkey, kind in tables["layout"]:
+        if lkey != "id":
+            add(x, xp, f"layout({kind}, bijection=[{', '.join(solver.describe(str(lkey)))}])")
     for (xp,) in tables["rank"]:
         if xp in cls_of_value:
             for dg in members[cls_of_value[xp]]:
@@ -315,6 +350,7 @@ def _localize(spec: RelationSpec, g: Graphs, facts: Facts, outputs: list[dict[st
             continue
         if all(_related(facts, o) for o in n.operands):
             out.append(_divergence(spec, g, facts, n, sm))
+    out = [_blame_layout(spec, g, facts, d, sm) for d in out]
     if not out:
         # Every distributed instruction relates to something, but an output has the wrong
         # relation (e.g. still a partial sum): blame the output instruction itself.
@@ -322,6 +358,12 @@ def _localize(spec: RelationSpec, g: Graphs, facts: Facts, outputs: list[dict[st
             if o["ok"]:
                 continue
             n = g.node("distributed", o["distributed"].lstrip("%"))
+            origin = _layout_origin(g, facts, n.gid)
+            if origin is not None:
+                d = _divergence(spec, g, facts, g.nodes[origin], sm)
+                d["cause"] = _layout_cause(g, facts, origin, f"output {o['index']}")
+                out.append(d)
+                continue
             d = _divergence(spec, g, facts, n, sm)
             found = ", ".join(o["found"]) or "nothing"
             d["cause"] = f"output {o['index']} is {found} but must be {o['expected']} of {o['baseline']}"
@@ -329,6 +371,51 @@ def _localize(spec: RelationSpec, g: Graphs, facts: Facts, outputs: list[dict[st
                 d["cause"] += f": a reduction over ranks {_group_text(spec)} is missing before the output"
             out.append(d)
     return out
+
+
+def _layout_only(facts: Facts, gid: int) -> bool:
+    fs = facts.by_dist.get(gid, [])
+    return bool(fs) and all(f.relation.startswith("layout(") for f in fs)
+
+
+def _layout_origin(g: Graphs, facts: Facts, gid: int) -> int | None:
+    """The distributed instruction where a non-identity layout entered: its operands relate
+    plainly (dup, sharded, partial) but it relates to the baseline only through a bijection."""
+    if not _layout_only(facts, gid):
+        return None
+    seen: set[int] = set()
+    while gid not in seen:
+        seen.add(gid)
+        carried = [o for o in g.nodes[gid].operands if _layout_only(facts, o)]
+        if not carried:
+            return gid
+        gid = carried[0]
+    return gid
+
+
+def _layout_cause(g: Graphs, facts: Facts, origin: int, what: str) -> str:
+    n = g.nodes[origin]
+    bij = next((f.relation for f in facts.by_dist.get(origin, []) if f.relation.startswith("layout(")), "")
+    return (
+        f"this {n.ins.opcode} to {n.ins.shape} puts elements in a different order than the baseline: "
+        f"it relates only through {bij}, which no later step undoes, so {what} does not match "
+        "(an axis is split, merged or transposed differently)"
+    )
+
+
+def _blame_layout(spec: RelationSpec, g: Graphs, facts: Facts, d: dict[str, Any], sm: SourceMap) -> dict[str, Any]:
+    """A frontier whose operand carries an unresolved bijection is caused where it entered."""
+    n = g.node("distributed", d["instruction"].lstrip("%"))
+    if any(f"{'partial'}" in r for r in (x["relation"] for x in d["operands"])):
+        return d
+    for o in n.operands:
+        origin = _layout_origin(g, facts, o)
+        if origin is not None:
+            blamed = _divergence(spec, g, facts, g.nodes[origin], sm)
+            blamed["cause"] = _layout_cause(g, facts, origin, f"{d['instruction']} ({d['opcode']})")
+            blamed["frontier"] = d["instruction"]
+            return blamed
+    return d
 
 
 def _ancestors(g: Graphs, roots: list[int]) -> set[int]:

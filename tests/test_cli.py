@@ -1,0 +1,113 @@
+"""The check command's contract: verdict lines, exit codes, JSON, and clear bad-input errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from shardproof.engine.cli import main
+
+HERE = Path(__file__).parent / "hlo_handwritten"
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_verified_pair_exits_0_and_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r.json"
+    code, stdout, _ = run(capsys, "check", str(HERE / "mlp_baseline.hlo"), str(HERE / "mlp_distributed.hlo"), "--relations", str(HERE / "mlp_relations.yaml"), "--json", str(out))
+    assert code == 0
+    assert stdout.splitlines()[0].startswith("verified:")
+    doc = json.loads(out.read_text())
+    assert doc["verdict"] == "verified" and doc["divergences"] == []
+    rules = [s["rule"] for s in doc["trace"][0]["steps"]]
+    assert "partition/dot-contract-sharded" in rules
+    assert "collectives/all-reduce-discharges-partial" in rules
+
+
+def test_wrong_groups_diverges_with_source_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dist = tmp_path / "d.hlo"
+    dist.write_text((HERE / "mlp_distributed.hlo").read_text().replace("replica_groups={{0,1}}", "replica_groups={{0},{1}}"))
+    out = tmp_path / "r.json"
+    code, stdout, _ = run(capsys, "check", str(HERE / "mlp_baseline.hlo"), str(dist), "--relations", str(HERE / "mlp_relations.yaml"), "--json", str(out))
+    assert code == 1
+    lines = stdout.splitlines()
+    assert lines[0].startswith("diverged:")
+    assert lines[1].startswith("model.py:13  %r  ")
+    d = json.loads(out.read_text())["divergences"][0]
+    assert d["instruction"] == "%r" and d["opcode"] == "all-reduce"
+    assert d["source"] == {"file": "model.py", "line": 13, "function": ""}
+    assert "replica groups" in d["cause"]
+
+
+def test_unknown_opcode_is_unsupported_never_verified(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dist = tmp_path / "d.hlo"
+    dist.write_text((HERE / "mlp_distributed.hlo").read_text().replace("tanh(%h)", "frobnicate(%h)"))
+    code, stdout, _ = run(capsys, "check", str(HERE / "mlp_baseline.hlo"), str(dist), "--relations", str(HERE / "mlp_relations.yaml"))
+    assert code == 2
+    assert stdout.startswith("unsupported:") and "frobnicate" in stdout
+
+
+def test_undeclared_custom_call_is_unsupported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dist = tmp_path / "d.hlo"
+    dist.write_text((HERE / "mlp_distributed.hlo").read_text().replace("tanh(%h)", 'custom-call(%h), custom_call_target="MyNorm"'))
+    code, stdout, _ = run(capsys, "check", str(HERE / "mlp_baseline.hlo"), str(dist), "--relations", str(HERE / "mlp_relations.yaml"))
+    assert code == 2 and "MyNorm" in stdout
+
+
+def test_malformed_hlo_exits_3_with_line_and_column(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.hlo"
+    text = (HERE / "mlp_distributed.hlo").read_text().replace("%a = f32[4,8]{1,0} tanh", "%a = f33[4,8]{1,0} tanh")
+    bad.write_text(text)
+    code, _, err = run(capsys, "check", str(HERE / "mlp_baseline.hlo"), str(bad), "--relations", str(HERE / "mlp_relations.yaml"))
+    assert code == 3
+    lineno, line = next((i, line) for i, line in enumerate(text.splitlines(), 1) if "f33" in line)
+    assert f"bad.hlo:{lineno}:{line.index('f33') + 1}:" in err
+    assert "f33" in err
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "where"),
+    [
+        ("groups: [[0, 1]]\ninputs: []\noutputs: [{baseline: 0, distributed: 0, relation: duplicate}]\n", "has no relation"),
+        ("groups: 4\ninputs: []\noutputs: []\n", ":groups:"),
+        ("groups: [[0, 1]]\ninputs:\n  - {baseline: 0, distributed: 0, relation: shardded}\noutputs: []\n", "inputs[0].relation"),
+        ("groups: [[0, 1]]\ninputs:\n  - {baseline: 0, distributed: 0, relation: sharded}\noutputs: []\n", "inputs[0].dim"),
+        ("groups: [[0, 1]\n", "not valid YAML"),
+    ],
+)
+def test_bad_relations_exit_3_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str], yaml_text: str, where: str) -> None:
+    rel = tmp_path / "rel.yaml"
+    rel.write_text(yaml_text)
+    code, _, err = run(capsys, "check", str(HERE / "mlp_baseline.hlo"), str(HERE / "mlp_distributed.hlo"), "--relations", str(rel))
+    assert code == 3
+    assert "rel.yaml" in err and where in err
+
+
+def test_shape_mismatch_in_relations_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rel = tmp_path / "rel.yaml"
+    rel.write_text((HERE / "mlp_relations.yaml").read_text().replace("relation: sharded, dim: 0", "relation: sharded, dim: 1"))
+    code, _, err = run(capsys, "check", str(HERE / "mlp_baseline.hlo"), str(HERE / "mlp_distributed.hlo"), "--relations", str(rel))
+    assert code == 3 and "inputs[1]" in err and "f32[16,4]" in err
+
+
+def test_usage_error_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, _ = run(capsys, "check", "only-one.hlo")
+    assert code == 3
+
+
+def test_layout_path_uses_bijection_and_bug_is_blamed_on_the_layout_op(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, _ = run(capsys, "check", str(HERE / "layout_baseline.hlo"), str(HERE / "layout_distributed.hlo"), "--relations", str(HERE / "layout_relations.yaml"))
+    assert code == 0
+    out = tmp_path / "r.json"
+    code, _, _ = run(capsys, "check", str(HERE / "layout_baseline.hlo"), str(HERE / "layout_bug_distributed.hlo"), "--relations", str(HERE / "layout_relations.yaml"), "--json", str(out))
+    assert code == 1
+    doc = json.loads(out.read_text())
+    assert doc["divergences"][0]["instruction"] == "%tr"
+    assert "transpose(1,0,2)" in doc["divergences"][0]["cause"]
+    assert doc["outputs"][0]["found"] == ["layout(dup, bijection=[reshape(64,4,32), transpose(1,0,2), reshape(256,32)])"]
