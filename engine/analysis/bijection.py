@@ -160,12 +160,43 @@ def _split(
     return tuple(size_list), tuple(perm_list)
 
 
+def _parse_chain(src: Shape, chain: Iterable[ChainOp]) -> list[tuple[str, Shape]] | None:
+    """Validate a chain and fuse runs of reshapes and of transposes.
+
+    Fusing only removes intermediate shapes, and every intermediate transpose is a place where
+    the bijection's atoms must line up with dims, so the fused chain succeeds at least as often.
+    Returns None when a reshape changes the element count; malformed ops raise ValueError.
+    """
+    ops: list[tuple[str, Shape]] = []
+    shape = src
+    for kind, arg in chain:
+        if kind == "reshape":
+            new_shape = _as_shape(arg, "reshape target")
+            if prod(new_shape) != prod(shape):
+                return None
+            if ops and ops[-1][0] == "reshape":
+                ops.pop()
+            ops.append(("reshape", new_shape))
+            shape = new_shape
+        elif kind == "transpose":
+            perm = _as_perm(arg, len(shape))
+            shape = tuple(shape[d] for d in perm)
+            if ops and ops[-1][0] == "transpose":
+                # XLA semantics: out dim i = in dim perm[i], so the second runs through the first.
+                first = ops.pop()[1]
+                perm = tuple(first[i] for i in perm)
+            ops.append(("transpose", perm))
+        else:
+            raise ValueError(f"unknown layout op {kind!r}; expected 'reshape' or 'transpose'")
+    return ops
+
+
 class _Map(NamedTuple):
     """A bijection in working form: atoms need not line up with the dims of src or dst.
 
     Reshapes never fail here (they keep the flat element order), which lets a chain pass
     through intermediate shapes that only the final shapes make representable, e.g.
-    ``(6,4) -> (24) -> (4,6)``.
+    ``(6,4) -> (24) -> (4,6)``. Only transposes need the atoms to line up with dims.
     """
 
     src: Shape
@@ -181,11 +212,22 @@ class _Map(NamedTuple):
         new_shape = tuple(shape[d] for d in tperm)
         if prod(shape) == 0:
             return self.reshape(new_shape, on_src)
-        # Coarsest atoms first, so a failed split really means the dims cut through a factor.
+        # A transpose moves blocks of dims that stay together and in order (size-1 dims go
+        # anywhere), so only the block boundaries must fall between atoms. Treat it as
+        # reshape(blocks) -> transpose -> reshape: a no-op transpose then needs no alignment.
+        blocks, bperm = _merge(shape, tperm, None, None)
+        if bperm == tuple(range(len(bperm))):
+            return self.reshape(new_shape, on_src)
+        moved = self.reshape(blocks, on_src)._transpose_aligned(blocks, bperm, on_src)
+        return None if moved is None else moved.reshape(new_shape, on_src)
+
+    def _transpose_aligned(self, shape: Shape, tperm: Shape, on_src: bool) -> _Map | None:
+        # Coarsest atoms first, so a failed split really means a block boundary cuts a factor.
         split = _split(*_merge(self.sizes, self.perm, None, None), shape, on_src)
         if split is None:
             return None
         sizes, perm = split
+        new_shape = tuple(shape[d] for d in tperm)
         if on_src:
             runs = _runs(shape, sizes)
             assert runs is not None
@@ -202,22 +244,14 @@ class _Map(NamedTuple):
         new_perm = tuple(perm[j] for d in tperm for j in range(*runs[d]))
         return _Map(self.src, new_shape, sizes, new_perm)
 
-    def step(self, op: ChainOp, on_src: bool) -> _Map | None:
-        """Apply one chain op to a side; None on a size mismatch or an unrepresentable step."""
+    def step(self, op: tuple[str, Shape], on_src: bool) -> _Map | None:
+        """Apply one validated op (see ``_parse_chain``) to one side."""
         kind, arg = op
-        shape = self.src if on_src else self.dst
-        if kind == "reshape":
-            new_shape = _as_shape(arg, "reshape target")
-            if prod(new_shape) != prod(shape):
-                return None
-            return self.reshape(new_shape, on_src)
-        if kind == "transpose":
-            return self.transpose(_as_perm(arg, len(shape)), on_src)
-        raise ValueError(f"unknown layout op {kind!r}; expected 'reshape' or 'transpose'")
+        return self.reshape(arg, on_src) if kind == "reshape" else self.transpose(arg, on_src)
 
-    def follow(self, chain: Iterable[ChainOp], on_src: bool) -> _Map | None:
+    def follow(self, ops: Iterable[tuple[str, Shape]], on_src: bool) -> _Map | None:
         result: _Map | None = self
-        for op in chain:
+        for op in ops:
             result = result.step(op, on_src)
             if result is None:
                 return None
@@ -294,7 +328,10 @@ class Layout:
     def from_chain(src: Iterable[int], chain: Iterable[ChainOp]) -> Layout | None:
         """The layout mapping ``x`` to ``chain(x)``; None if the result has no triple form."""
         src = _as_shape(src, "src")
-        result = _Map(src, src, (prod(src),), (0,)).follow(chain, on_src=False)
+        ops = _parse_chain(src, chain)
+        if ops is None:
+            raise ValueError(f"a reshape in {chain} changes the element count of {src}")
+        result = _Map(src, src, (prod(src),), (0,)).follow(ops, on_src=False)
         return None if result is None else Layout._attempt(result)
 
     @staticmethod
@@ -412,22 +449,30 @@ def infer_bijection(
     """
     base_src = _as_shape(base_src, "base_src")
     dist_src = _as_shape(dist_src, "dist_src")
+    # Parse both chains up front so malformed ops raise even when the search stops early.
+    base_ops = _parse_chain(base_src, base_chain)
+    dist_ops = _parse_chain(dist_src, dist_chain)
+    if base_ops is None or dist_ops is None:
+        return None
     if start is None:
         if base_src != dist_src:
             return None
         start = Layout.identity(dist_src)
     elif start.src != dist_src or start.dst != base_src:
         return None
-    base_chain, dist_chain = list(base_chain), list(dist_chain)
-    # The chains act on different sides, so their order is free; a transpose can only fail when
-    # the other side's intermediate shapes cut its atoms, so try the other order before ⊥.
-    for first, first_on_src, second, second_on_src in (
-        (dist_chain, True, base_chain, False),
-        (base_chain, False, dist_chain, True),
-    ):
-        m = start._map().follow(first, first_on_src)
-        if m is not None:
-            m = m.follow(second, second_on_src)
-        if m is not None:
-            return Layout._attempt(m)
-    return None
+    # Cell (i, j) stands for the map from dist_ops[:i](d0) to base_ops[:j](b0); which map that
+    # is does not depend on the route taken, but whether a transpose's blocks line up with its
+    # atoms does: running the same chain on both sides works in lockstep, yet fails when one
+    # side is run to the end first. So search all interleavings; chains are short.
+    row: list[_Map | None] = []
+    for i in range(len(dist_ops) + 1):
+        prev, row = row, []
+        for j in range(len(base_ops) + 1):
+            cell: _Map | None = start._map() if i == j == 0 else None
+            if i and prev[j] is not None:
+                cell = prev[j].step(dist_ops[i - 1], on_src=True)
+            if cell is None and j and row[j - 1] is not None:
+                cell = row[j - 1].step(base_ops[j - 1], on_src=False)
+            row.append(cell)
+    final = row[-1]
+    return None if final is None else Layout._attempt(final)

@@ -11,11 +11,18 @@ from dataclasses import dataclass, field
 
 from ..ir import Computation, Instruction, Module, Shape
 from ..relations import RelationSpec
-from .ops import BINARY_POINTWISE, COLLECTIVES, COMMUTATIVE, KNOWN, TERNARY_POINTWISE, UNARY_POINTWISE
-
-POINTWISE = UNARY_POINTWISE | BINARY_POINTWISE | TERNARY_POINTWISE
+from .ops import (
+    BINARY_POINTWISE,
+    COLLECTIVES,
+    COMMUTATIVE,
+    KNOWN,
+    TERNARY_POINTWISE,
+    UNARY_POINTWISE,
+)
 from .signature import Sig, make_sig
 from .tables import Tables
+
+POINTWISE = UNARY_POINTWISE | BINARY_POINTWISE | TERNARY_POINTWISE
 
 MIRROR = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "EQ": "EQ", "NE": "NE"}
 
@@ -74,7 +81,7 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
     g = Graphs(spec, baseline, distributed)
     tables = Tables(spec.c)
     g.tables = tables
-    rows: dict[str, list[tuple[object, ...]]] = {k: [] for k in ("leafrow", "litrow", "urow", "brow", "trow", "vrow", "nilrow", "consrow", "rankrow", "commutative", "mirror", "layoutop", "ew", "scalarfill")}
+    rows: dict[str, list[tuple[object, ...]]] = {k: [] for k in ("leafrow", "litrow", "urow", "brow", "trow", "vrow", "nilrow", "consrow", "rankrow", "commutative", "mirror", "layoutop", "ew", "scalarbcast", "litint", "zerolit", "intop", "intwiden", "cmpop", "orop", "boolconv", "selectop", "gathershard", "maskfor", "dsliceat")}
     for d in range(8):
         rows.setdefault("kind-sh", []).append((f"s:{d}", d))
         rows.setdefault("kind-plain", []).append((f"s:{d}",))
@@ -110,7 +117,14 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
                 continue
             opnd_shapes = [g.nodes[o].ins.shape for o in operands]
             if ins.opcode == "constant":
-                rows["litrow"].append((gid, _literal_key(ins)))
+                lkey = _literal_key(ins)
+                rows["litrow"].append((gid, lkey))
+                value = _scalar_value(ins)
+                if value is not None:
+                    if value == 0:
+                        rows["zerolit"].append((lkey,))
+                    if ins.shape.dtype[0] in "su" and value == int(value):
+                        rows["litint"].append((lkey, int(value)))
                 continue
             groups_ok = _groups_ok(ins, spec) if ins.opcode in COLLECTIVES else None
             sig = make_sig(ins, opnd_shapes, groups_ok)
@@ -138,7 +152,8 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
             if ins.opcode in POINTWISE:
                 rows["ew"].append((key, sig.pointwise_name()))
             if ins.opcode == "broadcast" and opnd_shapes[0].dims == ():
-                rows["scalarfill"].append((key,))
+                rows["scalarbcast"].append((key,))
+            _rank_tables(rows, side, node, sig, opnd_shapes, g, spec.c)
             if side == "baseline":
                 init = None
                 if ins.opcode == "reduce" and len(operands) == 2:
@@ -147,7 +162,10 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
                 tables.baseline(sig, ins, init, block_specs)
             elif ins.opcode in COLLECTIVES:
                 tables.distributed(sig, ins, bool(groups_ok))
+    _mask_tables(rows, g)
     rows.update({k: sorted(v, key=repr) for k, v in tables.rows.items()})
+    for k in ("litint", "zerolit", "intop", "intwiden", "cmpop", "orop", "boolconv", "selectop", "scalarbcast", "layoutop", "ew", "commutative"):
+        rows[k] = sorted(set(rows[k]), key=repr)
     g.rows = rows
     return g
 
@@ -188,3 +206,86 @@ def _check_supported(g: Graphs, side: str, ins: Instruction, module: Module) -> 
 
 def shape_of(s: Shape) -> str:
     return str(s)
+
+
+def _scalar_value(ins: Instruction) -> float | None:
+    if ins.shape.dims != () or ins.literal is None:
+        return None
+    text = ins.literal.strip().strip("{}").strip()
+    if text in ("true", "false"):
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+INT_BITS = {"s8": 8, "s16": 16, "s32": 32, "s64": 64, "u8": 8, "u16": 16, "u32": 32, "u64": 64}
+
+
+def _widens(a: str, b: str) -> bool:
+    """Every value of int type a is representable in int type b."""
+    if a not in INT_BITS or b not in INT_BITS:
+        return False
+    if a[0] == b[0]:
+        return INT_BITS[b] >= INT_BITS[a]
+    return a[0] == "u" and b[0] == "s" and INT_BITS[b] > INT_BITS[a]
+
+
+def _rank_tables(rows: dict[str, list[tuple[object, ...]]], side: str, node: Node, sig: Sig, opnd: list[Shape], g: Graphs, c: int) -> None:
+    """Tables for the rank-arithmetic and vocab-parallel rules of rules/slicing.egg."""
+    ins = node.ins
+    key = sig.key()
+    op = ins.opcode
+    out_t = ins.shape.dtype
+    if op in ("add", "subtract", "multiply") and out_t in INT_BITS:
+        rows["intop"].append((key, op))
+    elif op == "convert" and opnd:
+        a = opnd[0].dtype
+        if _widens(a, out_t):
+            rows["intwiden"].append((key,))
+        if (a == "pred" and out_t in INT_BITS) or (a in INT_BITS and out_t == "pred"):
+            rows["boolconv"].append((key,))
+    elif op == "compare" and opnd and opnd[0].dtype in INT_BITS:
+        d = ins.parsed.get("direction")
+        if isinstance(d, str):
+            rows["cmpop"].append((key, d))
+    elif op == "or" and out_t in ("pred", *INT_BITS):
+        rows["orop"].append((key,))
+    elif op == "select":
+        rows["selectop"].append((key,))
+    elif op == "gather" and side == "baseline" and len(opnd) == 2:
+        src = opnd[0].dims
+        p = ins.parsed
+        sizes = list(p.get("slice_sizes", []))
+        if (list(p.get("collapsed_slice_dims", [])) == [0] and list(p.get("start_index_map", [])) == [0]
+                and src and src[0] % c == 0 and sizes == [1, *src[1:]]
+                and p.get("index_vector_dim") == len(opnd[1].dims)):
+            w = src[0] // c
+            kp = sig.with_dims([(w, *src[1:]), opnd[1].dims]).key()
+            rows["gathershard"].append((key, kp, w))
+    elif op == "dynamic-slice" and side == "distributed" and len(node.operands) >= 2:
+        src = opnd[0].dims
+        sizes = list(ins.parsed.get("dynamic_slice_sizes", []))
+        idx = node.operands[1:]
+        if len(sizes) == len(src) == len(idx):
+            moving = [i for i, o in enumerate(idx) if _scalar_value(g.nodes[o].ins) != 0 or g.nodes[o].ins.opcode != "constant"]
+            if len(moving) == 1:
+                d = moving[0]
+                if all(sizes[i] == src[i] for i in range(len(src)) if i != d) and sizes[d] * c == src[d]:
+                    rows["dsliceat"].append((node.gid, node.operands[0], d, sizes[d], idx[d]))
+
+
+def _mask_tables(rows: dict[str, list[tuple[object, ...]]], g: Graphs) -> None:
+    """maskfor(kbc, kp): broadcast kbc spreads a per-index mask over the rows gather kp makes."""
+    dist_gathers = {n.sig.key(): n for n in g.nodes if n.side == "distributed" and n.sig is not None and n.ins.opcode == "gather"}
+    bcasts = [n for n in g.nodes if n.side == "distributed" and n.sig is not None and n.ins.opcode == "broadcast" and g.nodes[n.operands[0]].ins.shape.dtype == "pred"]
+    for _, kp, _w in rows["gathershard"]:
+        gather = dist_gathers.get(str(kp))
+        if gather is None:
+            continue
+        offset = list(gather.ins.parsed.get("offset_dims", []))
+        batch = [d for d in range(gather.ins.shape.rank) if d not in offset]
+        for n in bcasts:
+            if n.ins.shape.dims == gather.ins.shape.dims and list(n.ins.parsed.get("dimensions", [])) == batch:
+                rows["maskfor"].append((n.sig.key(), kp))  # type: ignore[union-attr]

@@ -17,6 +17,7 @@ from .layouts import LayoutSolver
 from .ops import COLLECTIVES
 
 VERIFIED, DIVERGED, UNSUPPORTED, INCONCLUSIVE = "verified", "diverged", "unsupported", "inconclusive"
+RANK_FAMILY = ("rank", "shifted", "below0", "abovew", "outside", "clamped")
 
 
 @dataclass
@@ -224,7 +225,7 @@ class Facts:
 
 
 def _read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
-    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout"])
+    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped"])
     cls_of_value: dict[object, int] = {}
     classes: dict[int, int] = {}
     members: dict[int, list[int]] = {}
@@ -257,10 +258,19 @@ def _read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
     for x, xp, lkey, kind in tables["layout"]:
         if lkey != "id":
             add(x, xp, f"layout({kind}, bijection=[{', '.join(solver.describe(str(lkey)))}])")
-    for (xp,) in tables["rank"]:
+    def add_dist_only(xp: object, text: str, rule: str) -> None:
         if xp in cls_of_value:
             for dg in members[cls_of_value[xp]]:
-                by_dist.setdefault(dg, []).append(Fact(-1, dg, "rank", "input"))
+                if g.nodes[dg].side == "distributed":
+                    by_dist.setdefault(dg, []).append(Fact(-1, dg, text, rule))
+
+    for (xp,) in tables["rank"]:
+        add_dist_only(xp, "rank", "input")
+    for xp, a, b in tables["affine"]:
+        add_dist_only(xp, f"rank-affine({a}*r{int(b):+d})", "slicing/rank-arithmetic")  # type: ignore[call-overload]
+    for name in ("shifted", "below0", "abovew", "outside", "clamped"):
+        for ids, xp, w in tables[name]:
+            add(ids, xp, f"{name}(w={w})")
     return Facts(by_dist, classes, members)
 
 
@@ -472,10 +482,13 @@ def _cause(spec: RelationSpec, g: Graphs, facts: Facts, n: Node) -> str:
         oi = g.nodes[o].ins
         if oi.opcode == "constant" and not any(g.nodes[m].side == "baseline" for m in facts.members.get(facts.classes.get(o, -1), [])):
             return f"constant {name(o)} = {oi.literal} has no counterpart in the baseline graph (a constant differs from the baseline)"
+    described = ", ".join(f"{name(o)} is {_describe(g, facts, o)}" for o in n.operands)
+    if any(r.startswith(RANK_FAMILY) for rs in rels.values() for r in rs):
+        return f"this {ins.opcode} on rank-dependent values does not select exactly this rank's block (check offsets and bounds); operands: {described}"
     counterpart = _baseline_counterpart(g, facts, n)
     if counterpart is not None:
         return f"the baseline computes {counterpart} from the corresponding operands; this {ins.opcode} computes {ins.shape} with different attributes (e.g. a different dtype, shape, offset or axis order)"
-    return f"no baseline instruction matches this {ins.opcode} ({ins.shape}); operands: " + ", ".join(f"{name(o)} is {_describe(g, facts, o)}" for o in n.operands)
+    return f"no baseline instruction matches this {ins.opcode} ({ins.shape}); operands: {described}"
 
 
 def _baseline_counterpart(g: Graphs, facts: Facts, n: Node) -> str | None:
@@ -486,9 +499,6 @@ def _baseline_counterpart(g: Graphs, facts: Facts, n: Node) -> str | None:
             partners.update(m for m in facts.members.get(f.baseline, []) if g.nodes[m].side == "baseline")
     for b in g.nodes:
         if b.side == "baseline" and b.operands and any(o in partners for o in b.operands) and b.ins.opcode == n.ins.opcode:
-            return f"%{b.ins.name} = {b.ins.shape} {b.ins.opcode}"
-    for b in g.nodes:
-        if b.side == "baseline" and b.operands and any(o in partners for o in b.operands):
             return f"%{b.ins.name} = {b.ins.shape} {b.ins.opcode}"
     return None
 

@@ -8,7 +8,7 @@ and why:
   remove those adds/multiplies only when the scalar provably is the token parameter.
 - ``split_tuples``: a multi-operand all-reduce returns a tuple; split it into one all-reduce per
   operand (identical semantics) and resolve ``get-tuple-element(tuple(...))``.
-- ``fold_noops``: drop converts to the same type, copies, identity transposes/reshapes, and
+- ``fold_noops``: drop converts to the same type, copies, identity transposes/reshapes/broadcasts, and
   collapse reshape∘reshape and transpose∘transpose chains (row-major reshapes compose exactly).
 - ``dce``: keep only instructions the root depends on.
 Reducer computations are classified (add/max/min/mul/and/or) into ``parsed['reducer']``.
@@ -170,9 +170,7 @@ def fold_noops(comp: Computation) -> Computation:
         src = by.get(ins.operands[0]) if ins.operands else None
         if src is None:
             continue
-        if ins.opcode in ("copy", "bitcast") and ins.opcode == "copy" and src.shape == ins.shape:
-            alias[ins.name] = src.name
-        elif ins.opcode == "convert" and _same_type(src.shape, ins.shape):
+        if (ins.opcode in ("copy", "bitcast") and ins.opcode == "copy" and src.shape == ins.shape) or (ins.opcode == "convert" and _same_type(src.shape, ins.shape)) or (ins.opcode == "broadcast" and _same_type(src.shape, ins.shape) and list(ins.parsed.get("dimensions", [])) == list(range(src.shape.rank))):
             alias[ins.name] = src.name
         elif ins.opcode == "reshape":
             if src.opcode == "reshape":

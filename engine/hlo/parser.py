@@ -16,6 +16,7 @@ breaks kept), so positions and therefore line:column in errors stay those of the
 from __future__ import annotations
 
 import bisect
+import codecs
 import os
 import re
 from collections.abc import Callable
@@ -51,6 +52,21 @@ _FLAT_CHUNK = re.compile(r'[^\s,{}\[\]()"]+')
 _NESTED_1L = re.compile(r'[^{}\[\]()"\n]+')
 _NESTED_ML = re.compile(r'[^{}\[\]()"]+')
 _CLOSER = {"{": "}", "[": "]", "(": ")"}
+
+# Fast paths for the common shapes of text; whenever one does not match, the general scanner
+# takes over from the same position (so they change speed, never the accepted language).
+# Possessive quantifiers keep a failed match linear (no backtracking into nested repeats).
+_STR = r'"(?:[^"\\\n]|\\.)*"'
+_FAST_ATTR = re.compile(
+    r"[ \t]*,[ \t]*([A-Za-z_][A-Za-z0-9_.\-]*)=("
+    r'(?:[^\s,{}\[\]()"]++|' + _STR + r'|\{(?:[^{}\[\]()"\n]++|' + _STR + r'|\{[^{}\[\]()"\n]*+\})*+\})*+'
+    r")"
+)
+_FAST_HEAD = re.compile(r"(ROOT[ \t]+)?%?([A-Za-z0-9_][A-Za-z0-9_.\-]*)[ \t]*=[ \t]*")
+_FAST_OPCODE = re.compile(r"[ \t]*([A-Za-z][A-Za-z0-9_.\-]*)\(")
+_FAST_OPERAND = re.compile(
+    r"[ \t]*(?:[a-z][a-z0-9]*\[[0-9,<=?]*\](?:\{[^{}\n]*\})?[ \t]+)?(%?)([A-Za-z0-9_][A-Za-z0-9_.\-]*)[ \t]*([,)])"
+)
 
 # Tables newer XLA prints between the module header and the first computation (source locations
 # that metadata's stack_frame_id points into).
@@ -132,10 +148,18 @@ _SIMPLE_ESCAPES = {
 _ESCAPE = re.compile(r"\\(?:([0-7]{1,3})|x([0-9A-Fa-f]{1,2})|(.))", re.S)
 
 
+# Escapes that codecs.escape_decode reads exactly as absl::CUnescape does; anything else takes
+# the slow path (escape_decode would keep or reject it differently).
+_UNUSUAL_ESCAPE = re.compile(r"\\(?:[^0-7xntrabfv\"'\\]|x(?![0-9A-Fa-f]{2}))")
+
+
 def _unescape(body: str) -> str:
     """Undo XLA's C-style escaping (absl::CEscape): octal/hex escapes are bytes of UTF-8 text."""
     if "\\" not in body:
         return body
+    if _UNUSUAL_ESCAPE.search(body) is None:
+        decoded: bytes = codecs.escape_decode(body.encode("utf-8"))[0]  # type: ignore[attr-defined]
+        return decoded.decode("utf-8", errors="replace")
     out = bytearray()
     last = 0
     for m in _ESCAPE.finditer(body):
@@ -168,7 +192,8 @@ _SLICE_FULL = re.compile(
     r"\{\s*(?:\[[^\[\]]*\]\s*(?:,\s*\[[^\[\]]*\]\s*)*)?\}\Z"
 )
 _PAD_DIM = re.compile(r"(-?\d+)_(-?\d+)(?:_(-?\d+))?\Z")
-_GROUPS_FULL = re.compile(r"\{\s*(?:\{[^{}]*\}\s*(?:,\s*\{[^{}]*\}\s*)*)?\}\Z")
+_INTS = r"\s*(?:-?\d+\s*(?:,\s*-?\d+\s*)*)?"
+_GROUPS_FULL = re.compile(r"\{\s*(?:\{" + _INTS + r"\}\s*(?:,\s*\{" + _INTS + r"\}\s*)*)?\}\Z")
 _GROUP = re.compile(r"\{([^{}]*)\}")
 _INT_CSV = re.compile(r"\s*(?:-?\d+\s*(?:,\s*-?\d+\s*)*)?\Z")
 _IOTA_GROUPS = re.compile(r"\[([^\[\]]*)\]<=\[([^\[\]]*)\](?:T\(([^()]*)\))?\Z")
@@ -274,7 +299,7 @@ def _read_replica_groups(raw: str) -> list[list[int]]:
         return _iota_groups(_csv_ints(m.group(1)), _csv_ints(m.group(2)), perm)
     if not _GROUPS_FULL.match(raw):
         raise _ScanError(0, f"expected replica groups like {{{{0,1}},{{2,3}}}}, got '{raw}'")
-    return [_csv_ints(g.group(1), g.start()) for g in _GROUP.finditer(raw, 1)]
+    return [[int(x) for x in _INT.findall(g)] for g in _GROUP.findall(raw, 1)]
 
 
 def _read_pairs(raw: str) -> list[tuple[int, int]]:
@@ -323,6 +348,12 @@ _METADATA_INTS = ("source_line", "stack_frame_id")
 _METADATA_STRS = ("op_type", "op_name", "source_file")
 
 
+# One field: key, then a string, a bracketed group without nested braces, or a bare token.
+_METADATA_ITEM = re.compile(
+    r'\s*([A-Za-z_][A-Za-z0-9_.\-]*)=("(?:[^"\\\n]|\\.)*"|\{[^{}\n]*\}|[^\s{}"]*)'
+)
+
+
 def _read_metadata(raw: str) -> Metadata:
     if not (raw.startswith("{") and raw.endswith("}")):
         raise _ScanError(0, f"expected metadata in braces, got '{raw}'")
@@ -330,31 +361,21 @@ def _read_metadata(raw: str) -> Metadata:
     pos = 1
     end = len(raw) - 1
     while True:
-        pos = _WS.match(raw, pos, end).end()
-        if pos >= end:
-            break
-        km = _ATTR_KEY.match(raw, pos, end)
-        if km is None or km.end() >= end or raw[km.end()] != "=":
-            raise _ScanError(pos, "expected key=value in metadata")
-        key = km.group(0)
-        vstart = km.end() + 1
-        c = raw[vstart] if vstart < end else ""
-        if c == '"':
-            vend = _string_end(raw, vstart, False)
-        elif c in _CLOSER:
-            vend = _balanced_end(raw, vstart)
-        else:
-            m = re.compile(r"[^\s}]*").match(raw, vstart, end)
-            vend = m.end() if m is not None else vstart
-        value = raw[vstart:vend]
+        m = _METADATA_ITEM.match(raw, pos, end)
+        if m is None:
+            if raw[pos:end].strip():
+                raise _ScanError(pos + len(raw[pos:end]) - len(raw[pos:end].lstrip()), "expected key=value in metadata")
+            return Metadata(**fields)
+        key, value = m.groups()
         if key in _METADATA_STRS:
             fields[key] = _unquote(value)
         elif key in _METADATA_INTS:
             if not _INT_FULL.match(value):
-                raise _ScanError(vstart, f"expected an integer for metadata {key}, got '{value}'")
+                raise _ScanError(m.start(2), f"expected an integer for metadata {key}, got '{value}'")
             fields[key] = int(value)
-        pos = vend
-    return Metadata(**fields)
+        pos = m.end()
+        if pos < end and not raw[pos].isspace():
+            raise _ScanError(pos, "expected a space between metadata fields")
 
 
 _READERS: dict[str, Callable[[str], Any]] = {
@@ -459,6 +480,7 @@ class _Parser:
         self.n = len(self.s)
         self.pos = 0
         self.shape_cache: dict[str, Shape] = {}
+        self.metadata_cache: dict[str, Metadata] = {}
         # (computation, value position, key, callee name(s)) for every call, checked once
         # all computations are known (a module may print a callee after its caller).
         self.calls: list[tuple[str, int, str, str | list[str]]] = []
@@ -542,6 +564,19 @@ class _Parser:
         s = self.s
         out: list[tuple[str, str, int]] = []
         while True:
+            fast = _FAST_ATTR.match(s, self.pos)
+            if fast is not None:
+                vstart = fast.start(2)
+                vend = fast.end()
+                if vend < self.n and s[vend] in '{[("':
+                    # Deeper nesting than the fast pattern covers: scan the value properly.
+                    self.pos = vstart
+                    raw, _ = self.value()
+                else:
+                    self.pos = vend
+                    raw = self.raw(vstart, vend)
+                out.append((fast.group(1), raw, vstart))
+                continue
             p = _SPACES.match(s, self.pos).end()
             c = s[p] if p < self.n else ""
             if c == "\n":
@@ -648,22 +683,33 @@ class _Parser:
     def instruction(self, comp: str, defined: dict[str, Instruction]) -> Instruction:
         s = self.s
         start = self.pos
-        is_root = self.keyword("ROOT")
-        if is_root:
+        head = _FAST_HEAD.match(s, start)
+        if head is not None:
+            is_root = head.group(1) is not None
+            name = head.group(2)
+            self.pos = head.end()
+        else:
+            is_root = self.keyword("ROOT")
+            if is_root:
+                self.ws()
+            name, _ = self.name("instruction name (or '}' to end the computation)")
+            self.expect("=", f"expected '=' after instruction name %{name}")
             self.ws()
-        name, _ = self.name("instruction name (or '}' to end the computation)")
-        self.expect("=", f"expected '=' after instruction name %{name}")
-        self.ws()
         shape = self.shape()
-        self.ws()
-        om = _OPCODE.match(s, self.pos)
-        if om is None:
-            self.fail(self.pos, f"expected opcode after the shape of %{name}")
-        opcode = om.group(0)
-        self.pos = om.end()
-        self.ws()
-        if self.peek() != "(":
-            self.fail(self.pos, f"expected '(' after opcode '{opcode}'")
+        om = _FAST_OPCODE.match(s, self.pos)
+        if om is not None:
+            opcode = om.group(1)
+            self.pos = om.end() - 1
+        else:
+            self.ws()
+            om = _OPCODE.match(s, self.pos)
+            if om is None:
+                self.fail(self.pos, f"expected opcode after the shape of %{name}")
+            opcode = om.group(0)
+            self.pos = om.end()
+            self.ws()
+            if self.peek() != "(":
+                self.fail(self.pos, f"expected '(' after opcode '{opcode}'")
         operands: list[str] = []
         literal: str | None = None
         parameter_number: int | None = None
@@ -683,10 +729,24 @@ class _Parser:
             self.expect(")", "expected ')' after parameter number")
         else:
             self.pos += 1
-            self.ws()
-            if self.peek() == ")":
+            closed = False
+            while True:  # one operand per match while the operands are plainly printed
+                fo = _FAST_OPERAND.match(s, self.pos)
+                if fo is None:
+                    break
+                op = fo.group(2)
+                if op not in defined:
+                    self.fail(fo.start(1), f"operand %{op} is not defined in computation %{comp}")
+                operands.append(op)
+                self.pos = fo.end()
+                if fo.group(3) == ")":
+                    closed = True
+                    break
+            if not closed:
+                self.ws()
+            if not closed and not operands and self.peek() == ")":
                 self.pos += 1
-            else:
+            elif not closed:
                 while True:
                     c = self.peek()
                     if c == "(" or _TYPE_BRACKET.match(s, self.pos):
@@ -714,6 +774,17 @@ class _Parser:
             if key in attrs:
                 self.fail(vpos - len(key) - 1, f"duplicate attribute '{key}' in instruction %{name}")
             attrs[key] = raw
+            if key == "metadata":
+                # Frozen, and often repeated verbatim (torch-xla), so one reading is shared.
+                metadata = self.metadata_cache.get(raw)  # type: ignore[assignment]
+                if metadata is None:
+                    try:
+                        metadata = _read_metadata(raw)
+                    except _ScanError as e:
+                        self.fail(vpos + e.offset, f"invalid metadata: {e.message}")
+                    self.metadata_cache[raw] = metadata
+                parsed[key] = metadata
+                continue
             reader = _READERS.get(key)
             if reader is not None:
                 try:
@@ -721,9 +792,7 @@ class _Parser:
                 except _ScanError as e:
                     self.fail(vpos + e.offset, f"invalid {key}: {e.message}")
                 parsed[key] = value
-                if key == "metadata":
-                    metadata = value
-                elif key in _CALL_KEYS:
+                if key in _CALL_KEYS:
                     self.calls.append((comp, vpos, key, value))
             elif key == "index" and opcode == "get-tuple-element":
                 try:

@@ -1,0 +1,319 @@
+"""Capture the HLO text and a source map of pending torch-xla tensors.
+
+This is the one place that turns lazy XLA tensors into what the engine reads: HLO text (with
+``XLA_HLO_DEBUG=1`` metadata) and ``sourcemap.json``, which keeps the *whole* Python stack of
+every instruction, restricted to the user's repository, because the text's metadata only names
+the innermost frame (often inside torch or torch_xla).
+
+torch and torch_xla are imported inside the functions: importing this module must stay cheap,
+since ``shardproof check`` never needs torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sysconfig
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+SOURCEMAP_VERSION = 1
+
+# Name of the lowering; torch-xla's own text dump names its entry computation the same, so the
+# computation names of the text and of the JSON agree.
+_LOWERING_NAME = "IrToHlo"
+
+_PACKAGE_DIRS = ("site-packages", "dist-packages")
+
+
+def configure_environment(device: str = "CPU") -> None:
+    """Set what torch-xla reads once at import time; call before the first ``import torch_xla``.
+
+    Without ``XLA_HLO_DEBUG`` the lowering records neither metadata nor stack frames.
+    """
+    os.environ.setdefault("PJRT_DEVICE", device)
+    os.environ["XLA_HLO_DEBUG"] = "1"
+
+
+def keep_scalars_constant() -> None:
+    """Make Python scalars other than 0 and 1 lower to constants, not ``f32[]`` parameters.
+
+    A scalar parameter would make every attention scale or epsilon an input that the verifier
+    would have to relate by hand.
+    """
+    import torch_xla
+
+    torch_xla._XLAC._set_xla_all_numbers_special_scalars(True)
+
+
+def reset_collective_token() -> None:
+    """Forget the token torch-xla threads through token-carrying collectives.
+
+    The token is per-device state: after one traced graph used ``xm.all_reduce`` or
+    ``xm.all_gather``, the next graph would otherwise thread the previous graph's collective
+    result into its own and silently contain both programs.
+    """
+    import torch_xla
+
+    torch_xla._XLAC._set_all_reduce_token(str(torch_xla.device()), None)
+
+
+def placeholder(shape: Sequence[int], dtype: Any) -> Any:
+    """A lazy XLA tensor that lowers to a ``parameter`` without allocating a buffer."""
+    from torch_xla.core import xla_builder
+
+    return xla_builder.create_placeholder_tensor(tuple(shape), dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# Paths: nothing of the machine that produced the capture may leak into the files.
+
+
+def _package_relative(parts: Sequence[str]) -> str | None:
+    """The part after the last site-packages/dist-packages component, if any."""
+    for index in range(len(parts) - 1, -1, -1):
+        if parts[index] in _PACKAGE_DIRS:
+            return "/".join(parts[index + 1 :])
+    return None
+
+
+def is_repository_file(path: str, root: Path) -> bool:
+    """True for a file of the user's repository, false for installed packages inside it.
+
+    A virtual environment often lives inside the repository, so "under the root" alone would
+    count torch's own files as the user's.
+    """
+    if not path.startswith("/"):
+        return False
+    pure = PurePosixPath(path)
+    try:
+        relative = pure.relative_to(PurePosixPath(str(root)))
+    except ValueError:
+        return False
+    return _package_relative(relative.parts) is None
+
+
+def portable_path(path: str, root: Path) -> str:
+    """A path that names no directory of this machine.
+
+    Repository files become root-relative; installed packages ``<site-packages>/pkg/...``; the
+    standard library ``<stdlib>/...``; anything else keeps only its file name.
+    """
+    if not path.startswith("/"):
+        return path  # "<string>", "<frozen ...>" and the like carry no machine path
+    pure = PurePosixPath(path)
+    packaged = _package_relative(pure.parts)
+    if packaged is not None:
+        return f"<site-packages>/{packaged}"
+    try:
+        return str(pure.relative_to(PurePosixPath(str(root))))
+    except ValueError:
+        pass
+    stdlib = sysconfig.get_paths().get("stdlib")
+    if stdlib:
+        try:
+            return f"<stdlib>/{pure.relative_to(PurePosixPath(stdlib))}"
+        except ValueError:
+            pass
+    return f"<external>/{pure.name}"
+
+
+# --------------------------------------------------------------------------------------------
+# op_name scopes carry a process-wide counter ("aten__mul.17/aten__mul"): renumber them per
+# graph so that the same program captured in another process prints the same text.
+
+_SCOPE_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\.(\d+)(?=/|$)")
+
+
+@dataclass
+class _ScopeNumbering:
+    numbers: dict[str, int] = field(default_factory=dict)
+
+    def learn(self, op_name: str) -> None:
+        for segment in op_name.split("/"):
+            match = _SCOPE_RE.fullmatch(segment)
+            if match and segment not in self.numbers:
+                self.numbers[segment] = len(self.numbers) + 1
+
+    def apply(self, op_name: str) -> str:
+        out = []
+        for segment in op_name.split("/"):
+            match = _SCOPE_RE.fullmatch(segment)
+            if match:
+                if segment not in self.numbers:
+                    raise RuntimeError(f"op_name scope {segment!r} absent from the HLO text")
+                segment = f"{match.group(1)}.{self.numbers[segment]}"
+            out.append(segment)
+        return "/".join(out)
+
+
+# --------------------------------------------------------------------------------------------
+# The HLO text as torch-xla prints it; only what is needed to cross-check it with the JSON.
+
+_COMPUTATION_RE = re.compile(r"^(?:ENTRY )?%(\S+) \(")
+_INSTRUCTION_RE = re.compile(r"^\s+(?:ROOT )?%(\S+) = (.*)$")
+_OP_NAME_RE = re.compile(r'op_name="([^"]*)"')
+_SOURCE_FILE_RE = re.compile(r'source_file="([^"]*)"')
+_SOURCE_LINE_RE = re.compile(r"source_line=(\d+)")
+
+
+def _text_instructions(text: str) -> dict[str, dict[str, str]]:
+    """computation name -> {instruction name -> the rest of its line}."""
+    out: dict[str, dict[str, str]] = {}
+    current: dict[str, str] | None = None
+    for line in text.splitlines():
+        header = _COMPUTATION_RE.match(line)
+        if header:
+            current = out.setdefault(header.group(1), {})
+            continue
+        instruction = _INSTRUCTION_RE.match(line)
+        if instruction and current is not None:
+            current[instruction.group(1)] = instruction.group(2)
+    return out
+
+
+def _check_same_lowering(text: str, module: dict[str, Any]) -> None:
+    """Fail unless the text and the JSON describe the same instructions.
+
+    They come from two lowerings of the same pending graph; torch-xla numbers instructions
+    deterministically, and this check is what makes the source map trustworthy for the text.
+    """
+    in_text = _text_instructions(text)
+    in_json = {
+        comp["name"]: {ins["name"]: ins for ins in comp.get("instructions", [])}
+        for comp in module.get("computations", [])
+    }
+    if set(in_text) != set(in_json):
+        raise RuntimeError(
+            f"HLO text and JSON differ in computations: {sorted(in_text)} vs {sorted(in_json)}"
+        )
+    for comp_name, instructions in in_json.items():
+        text_instructions = in_text[comp_name]
+        if set(text_instructions) != set(instructions):
+            missing = sorted(set(instructions) ^ set(text_instructions))
+            raise RuntimeError(f"HLO text and JSON differ in {comp_name}: {missing[:8]}")
+        for name, instruction in instructions.items():
+            rest = text_instructions[name]
+            if f" {instruction['opcode']}(" not in rest:
+                raise RuntimeError(f"{name}: opcode {instruction['opcode']} not in the text")
+            line = instruction.get("metadata", {}).get("sourceLine")
+            found = _SOURCE_LINE_RE.search(rest)
+            if line is not None and (found is None or int(found.group(1)) != int(line)):
+                raise RuntimeError(f"{name}: source line differs between text and JSON")
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Capture:
+    """One lowering of a set of output tensors."""
+
+    hlo_text: str
+    sourcemap: dict[str, Any]
+    parameter_shapes: dict[int, tuple[str, tuple[int, ...]]]
+    _context: Any = field(repr=False)
+
+    def parameter_number(self, tensor: Any) -> int:
+        """The ``parameter(N)`` that ``tensor`` (a placeholder or device tensor) became."""
+        number = int(self._context.tensor_parameter_id(tensor))
+        if number < 0:
+            raise ValueError("tensor is not a parameter of the captured graph (unused input?)")
+        return number
+
+
+def _element_type(shape: dict[str, Any]) -> str:
+    return str(shape.get("elementType", "")).lower()
+
+
+def _walk_frames(frame_id: int, index: dict[str, Any]) -> list[tuple[str, int, str]]:
+    """(file, line, function) from the innermost frame outwards; ids in the proto are 1-based."""
+    files = index.get("fileNames", [])
+    functions = index.get("functionNames", [])
+    locations = index.get("fileLocations", [])
+    frames = index.get("stackFrames", [])
+    out: list[tuple[str, int, str]] = []
+    seen: set[int] = set()
+    while frame_id and frame_id not in seen:  # proto3 JSON omits a zero parent: the outermost
+        seen.add(frame_id)
+        frame = frames[frame_id - 1]
+        location = locations[int(frame.get("fileLocationId", 0)) - 1]
+        file_name = files[int(location.get("fileNameId", 0)) - 1]
+        function_id = int(location.get("functionNameId", 0))
+        function = functions[function_id - 1] if function_id else ""
+        out.append((file_name, int(location.get("line", 0)), function))
+        frame_id = int(frame.get("parentFrameId", 0))
+    return out
+
+
+def capture(outputs: Iterable[Any], root: Path | str) -> Capture:
+    """Lower ``outputs`` to HLO text plus a source map whose frames are repository files.
+
+    ``root`` is the repository root: frames outside it (and inside any site-packages below it)
+    are dropped from the source map, and every path in the text is rewritten to name no
+    directory of this machine.
+    """
+    import torch_xla
+
+    root = Path(root).resolve()
+    tensors = list(outputs)
+    context = torch_xla._XLAC.lowering.LoweringContext(_LOWERING_NAME)
+    context.build(tensors)
+    module = json.loads(context.hlo_json())
+    raw_text = torch_xla._XLAC._get_xla_tensors_hlo(tensors)
+    if "metadata={" not in raw_text:
+        raise RuntimeError("HLO has no metadata: set XLA_HLO_DEBUG=1 before importing torch_xla")
+    _check_same_lowering(raw_text, module)
+
+    numbering = _ScopeNumbering()
+    for match in _OP_NAME_RE.finditer(raw_text):
+        numbering.learn(match.group(1))
+    text = _OP_NAME_RE.sub(lambda m: f'op_name="{numbering.apply(m.group(1))}"', raw_text)
+    text = _SOURCE_FILE_RE.sub(
+        lambda m: f'source_file="{portable_path(m.group(1), root)}"', text
+    )
+    if not text.endswith("\n"):
+        text += "\n"
+
+    frame_index = module.get("stackFrameIndex", {})
+    instructions: dict[str, Any] = {}
+    parameter_shapes: dict[int, tuple[str, tuple[int, ...]]] = {}
+    entry_id = module.get("entryComputationId")
+    for computation in module.get("computations", []):
+        is_entry = computation.get("id") == entry_id
+        for instruction in computation.get("instructions", []):
+            if is_entry and instruction["opcode"] == "parameter":
+                shape = instruction.get("shape", {})
+                dims = tuple(int(d) for d in shape.get("dimensions", []))
+                number = int(instruction.get("parameterNumber", 0))
+                parameter_shapes[number] = (_element_type(shape), dims)
+            metadata = instruction.get("metadata")
+            if not metadata:
+                continue
+            frames = [
+                {"file": portable_path(file_name, root), "line": line, "function": function}
+                for file_name, line, function in _walk_frames(
+                    int(metadata.get("stackFrameId", 0)), frame_index
+                )
+                if is_repository_file(file_name, root)
+            ]
+            instructions[instruction["name"]] = {
+                "frames": frames,
+                "op_name": numbering.apply(metadata.get("opName", "")),
+            }
+    sourcemap = {"version": SOURCEMAP_VERSION, "instructions": instructions}
+    return Capture(text, sourcemap, parameter_shapes, context)
+
+
+def capture_hlo(outputs: Iterable[Any], root: Path | str) -> tuple[str, dict[str, Any]]:
+    """``(hlo_text, sourcemap)`` of ``outputs``; see :func:`capture`."""
+    result = capture(outputs, root)
+    return result.hlo_text, result.sourcemap
+
+
+def parameter_number(captured: Capture, tensor: Any) -> int:
+    """The parameter number ``tensor`` got in ``captured`` (for writing relations by number)."""
+    return captured.parameter_number(tensor)
