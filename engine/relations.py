@@ -14,14 +14,16 @@ import yaml
 
 from .errors import InputError
 
-INPUT_RELATIONS = ("duplicate", "sharded", "partial", "rank")
+INPUT_RELATIONS = ("duplicate", "sharded", "partial", "rank", "token")
+# rank and token inputs exist only in the distributed program.
+DIST_ONLY = ("rank", "token")
 OUTPUT_RELATIONS = ("duplicate", "sharded", "partial")
 REDUCE_OPS = ("add", "max", "min")
 
 
 @dataclass(frozen=True)
 class Relation:
-    kind: str  # duplicate | sharded | partial | rank
+    kind: str  # duplicate | sharded | partial | rank | token (torch-xla's collective token)
     dim: int | None = None
     blocks: tuple[int, ...] = ()
     op: str = "add"
@@ -101,9 +103,9 @@ def parse_relations(data: Any, path: str = "<relations>") -> RelationSpec:
     if not outputs:
         raise fail("outputs", "expected at least one output relation")
     for b in inputs:
-        if b.relation.kind == "rank":
+        if b.relation.kind in DIST_ONLY:
             if b.distributed is None or b.baseline is not None:
-                raise fail(b.key, "a rank input names only a distributed parameter")
+                raise fail(b.key, f"a {b.relation.kind} input names only a distributed parameter")
         elif b.baseline is None or b.distributed is None:
             raise fail(b.key, "expected both 'baseline' and 'distributed' parameters")
     for b in outputs:

@@ -19,8 +19,11 @@ consecutive run in ``B`` order, so both reshapes of the triple only split or mer
 4. emit: ``reshape(atoms) -> transpose(perm) -> reshape(dst)``, dropping no-op steps.
 
 Rather than building both expressions and matching them at the end, the chains are folded into
-the running bijection one op at a time; the result is the same triple, and a transpose is the only
-op whose dim boundaries must line up with the atoms of the bijection computed so far.
+the running bijection one op at a time, which yields the same triple. Reshapes keep the flat
+element order and so never fail on their own; a transpose is the only op whose block boundaries
+must line up with the atoms of the bijection computed so far, and the final shapes must line up
+with the final atoms. Which intermediate maps are met depends on how the two chains interleave,
+so ``infer_bijection`` searches the interleavings (a small grid) before answering ⊥.
 
 Canonical form. Size-1 atoms carry no information and are dropped. Two atoms adjacent in both
 orders are merged unless a ``D`` dim boundary or a ``B`` dim boundary separates them. What is left

@@ -81,7 +81,7 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
     g = Graphs(spec, baseline, distributed)
     tables = Tables(spec.c)
     g.tables = tables
-    rows: dict[str, list[tuple[object, ...]]] = {k: [] for k in ("leafrow", "litrow", "urow", "brow", "trow", "vrow", "nilrow", "consrow", "rankrow", "commutative", "mirror", "layoutop", "ew", "scalarbcast", "litint", "zerolit", "intop", "intwiden", "cmpop", "orop", "boolconv", "selectop", "gathershard", "maskfor", "dsliceat")}
+    rows: dict[str, list[tuple[object, ...]]] = {k: [] for k in ("leafrow", "litrow", "urow", "brow", "trow", "vrow", "nilrow", "consrow", "rankrow", "commutative", "mirror", "layoutop", "ew", "scalarbcast", "litint", "zerolit", "intop", "intwiden", "cmpop", "orop", "boolconv", "selectop", "gathershard", "maskfor", "dsliceat", "identlit", "falselit", "onelit", "fillop", "mulop", "addop", "prednefalse", "dotop")}
     for d in range(8):
         rows.setdefault("kind-sh", []).append((f"s:{d}", d))
         rows.setdefault("kind-plain", []).append((f"s:{d}",))
@@ -120,9 +120,15 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
                 lkey = _literal_key(ins)
                 rows["litrow"].append((gid, lkey))
                 value = _scalar_value(ins)
+                for op in _identity_of(ins, value):
+                    rows["identlit"].append((lkey, op))
+                if ins.shape.dims == () and (ins.literal or "").strip() == "false":
+                    rows["falselit"].append((lkey,))
                 if value is not None:
                     if value == 0:
                         rows["zerolit"].append((lkey,))
+                    if value == 1:
+                        rows["onelit"].append((lkey,))
                     if ins.shape.dtype[0] in "su" and value == int(value):
                         rows["litint"].append((lkey, int(value)))
                 continue
@@ -154,6 +160,16 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
             if ins.opcode == "broadcast" and opnd_shapes[0].dims == ():
                 rows["scalarbcast"].append((key,))
             _rank_tables(rows, side, node, sig, opnd_shapes, g, spec.c)
+            if ins.opcode in ("broadcast", "reshape", "convert", "copy") and (ins.opcode != "broadcast" or opnd_shapes[0].dims == ()):
+                rows["fillop"].append((key,))
+            if ins.opcode == "multiply":
+                rows["mulop"].append((key,))
+            if ins.opcode == "dot":
+                rows["dotop"].append((key,))
+            if ins.opcode == "add":
+                rows["addop"].append((key,))
+            if ins.opcode == "compare" and ins.parsed.get("direction") == "NE" and opnd_shapes[0].dtype == "pred":
+                rows["prednefalse"].append((key,))
             if side == "baseline":
                 init = None
                 if ins.opcode == "reduce" and len(operands) == 2:
@@ -164,7 +180,7 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
                 tables.distributed(sig, ins, bool(groups_ok))
     _mask_tables(rows, g)
     rows.update({k: sorted(v, key=repr) for k, v in tables.rows.items()})
-    for k in ("litint", "zerolit", "intop", "intwiden", "cmpop", "orop", "boolconv", "selectop", "scalarbcast", "layoutop", "ew", "commutative"):
+    for k in ("fillop", "mulop", "addop", "prednefalse", "identlit", "litint", "zerolit", "intop", "intwiden", "cmpop", "orop", "boolconv", "selectop", "scalarbcast", "layoutop", "ew", "commutative"):
         rows[k] = sorted(set(rows[k]), key=repr)
     g.rows = rows
     return g
@@ -218,6 +234,28 @@ def _scalar_value(ins: Instruction) -> float | None:
         return float(text)
     except ValueError:
         return None
+
+
+LOWEST_FINITE = {"f32": 3.40282347e38, "bf16": 3.38953139e38, "f16": 65504.0, "f64": 1.7976931348623157e308}
+
+
+def _identity_of(ins: Instruction, value: float | None) -> list[str]:
+    """Reducers this scalar literal is an identity of. The lowest finite value counts for max
+    (and the highest for min): torch lowers amax with it, and it is the identity on finite
+    inputs."""
+    if value is None or ins.shape.dims != ():
+        return []
+    out = []
+    if value == 0:
+        out.append("add")
+    if value == 1:
+        out.append("mul")
+    lowest = LOWEST_FINITE.get(ins.shape.dtype)
+    if value == float("-inf") or (lowest is not None and value <= -lowest * (1 - 1e-7)):
+        out.append("max")
+    if value == float("inf") or (lowest is not None and value >= lowest * (1 - 1e-7)):
+        out.append("min")
+    return out
 
 
 INT_BITS = {"s8": 8, "s16": 16, "s32": 32, "s64": 64, "u8": 8, "u16": 16, "u32": 32, "u64": 64}

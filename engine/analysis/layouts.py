@@ -65,6 +65,58 @@ class LayoutSolver:
         new = layout.then_dst_transpose(perm) if sig.opcode == "transpose" else layout.then_dst_reshape(out)
         return None if new is None else (self._key(new), kind)
 
+    def dot_step(self, lkey: str, k1: str, k2: str, base: Sig, dist: Sig) -> tuple[str, str] | None:
+        """Relabel the rows of a dot whose lhs is laid out by L (see rules/layout.egg).
+
+        Supported: no batch dims, the lhs contracts its last dim, a 2-D rhs. The lhs kind k1 is
+        dup (then the rhs is dup or sharded on its free dim) or sharded on the contracted dim
+        (then the rhs is sharded on its contracted dim and the result is a partial sum)."""
+        if base.opcode != "dot" or dist.opcode != "dot":
+            return None
+        for name in ("lhs_batch_dims", "rhs_batch_dims"):
+            if (base.attr(name) or "[]") != "[]" or (dist.attr(name) or "[]") != "[]":
+                return None
+        (_, sb), (_, rb) = base.ins
+        (_, sd), (_, rd) = dist.ins
+        if base.attr("lhs_contracting_dims") != str([len(sb) - 1]) or dist.attr("lhs_contracting_dims") != str([len(sd) - 1]):
+            return None
+        if base.attr("rhs_contracting_dims") != dist.attr("rhs_contracting_dims") or len(rb) != 2:
+            return None
+        rc = int((base.attr("rhs_contracting_dims") or "[0]").strip("[]"))
+        free = 1 - rc
+        lhs_view = sb  # the shape L must produce: the baseline lhs, or its per-rank block
+        if k1 == "dup" and k2 == "dup" and rd == rb:
+            n, kind = rb[free], "dup"
+        elif k1 == "dup" and k2 == f"s:{free}" and rd == scale(rb, free, self.c):
+            n, kind = rd[free], f"s:{len(sb) - 1}"
+        elif k1 == f"s:{len(sb) - 1}" and k2 == f"s:{rc}" and rd == scale(rb, rc, self.c):
+            per_rank = scale(sb, len(sb) - 1, self.c)
+            if per_rank is None:
+                return None
+            lhs_view, n, kind = per_rank, rb[free], "p:add"
+        else:
+            return None
+        layout = self._get(lkey, sd)
+        if layout is None or layout.src != sd or layout.dst != lhs_view or sd[-1] != lhs_view[-1]:
+            return None
+        h = sd[-1]
+        atoms, perm = list(layout.atoms), list(layout.perm)
+        # The contracted axis must be the trailing atom(s) in both orders, untouched.
+        if not atoms or perm[-1] != len(atoms) - 1 or atoms[-1] % h:
+            return None
+        rest = atoms[-1] // h
+        if rest > 1:
+            atoms[-1] = rest
+        else:
+            atoms.pop()
+            perm.pop()
+        src, dst = (*sd[:-1], n), (*lhs_view[:-1], n)
+        expect_base = (*sb[:-1], rb[free])
+        if dist.out[1] != src or base.out[1] != expect_base:
+            return None
+        new = Layout(src, dst, (*atoms, n), (*perm, len(atoms)))
+        return self._key(new), kind
+
     def describe(self, lkey: str) -> list[str]:
         layout = self.layouts.get(lkey)
         return layout.ops() if layout else []

@@ -192,7 +192,8 @@ class Tables:
             if not si:
                 continue
             if d in dims:
-                if identity:
+                if reducer in ("add", "max", "min"):
+                    # the rule itself checks that both inits are identities of the reducer
                     self.add("reduces", k, d, reducer, sig.with_dims([si, sig.ins[1][1]]).key())
             else:
                 e = d - sum(1 for x in dims if x < d)

@@ -95,6 +95,9 @@ def check_inputs(spec: RelationSpec, base: Module, dist: Module) -> tuple[list[t
             if dp.shape.dims != () or dp.shape.dtype not in ("s32", "u32", "s64", "u64"):
                 raise InputError(spec.path, b.key, f"a rank input must be an s32[]/u32[] scalar, {dp.name} is {dp.shape}")
             rank_params.add(dp.name)
+        elif rel.kind == "token":
+            # A token is a leaf with no relation: anything computed from it stays unrelated.
+            pass
         else:
             assert b.baseline is not None
             bp = _param(base, b.baseline, b.key, "baseline", spec.path)
@@ -131,8 +134,9 @@ def verify(spec: RelationSpec, baseline: Module, distributed: Module, sourcemap:
     budget = budget or Budget()
     timings: dict[str, float] = {}
     t = time.perf_counter()
+    tokens = frozenset(_param(distributed, b.distributed, b.key, "distributed", spec.path).name for b in spec.inputs if b.relation.kind == "token" and b.distributed is not None)
     base = normalize(baseline)
-    dist = normalize(distributed)
+    dist = normalize(distributed, tokens)
     timings["normalize"] = time.perf_counter() - t
     bound, rank_params = check_inputs(spec, base, dist)
     bouts, douts = _outputs(base), _outputs(dist)
@@ -196,8 +200,8 @@ def _saturate(session: Session, g: Graphs, solver: LayoutSolver, budget: Budget)
         total = RunStats(total.iterations + stats.iterations, stats.saturated, total.seconds + stats.seconds)
         if not stats.saturated:
             return total
-        wants = session.rows(["lwant-d", "lwant-b"])
-        answers: dict[str, list[tuple[object, ...]]] = {"lstep-d": [], "lstep-b": []}
+        wants = session.rows(["lwant-d", "lwant-b", "lwant-dot"])
+        answers: dict[str, list[tuple[object, ...]]] = {"lstep-d": [], "lstep-b": [], "ldot": []}
         fresh = False
         for table, side in (("lwant-d", "d"), ("lwant-b", "b")):
             for lkey, kind, k in wants[table]:
@@ -209,6 +213,15 @@ def _saturate(session: Session, g: Graphs, solver: LayoutSolver, budget: Budget)
                 step = solver.step(side, str(lkey), str(kind), sigs[str(k)])
                 if step is not None:
                     answers[f"lstep-{side}"].append((lkey, kind, k, *step))
+        for lkey, k1, k2, kb, kd in wants["lwant-dot"]:
+            tag = ("dot", str(lkey), str(k1), str(k2) + "|" + str(kb), str(kd))
+            if tag in solver.answered:
+                continue
+            solver.answered.add(tag)
+            fresh = True
+            step = solver.dot_step(str(lkey), str(k1), str(k2), sigs[str(kb)], sigs[str(kd)])
+            if step is not None:
+                answers["ldot"].append((lkey, k1, k2, kb, kd, *step))
         if not fresh:
             return total
         for table, rows in answers.items():
@@ -416,7 +429,17 @@ def _layout_cause(g: Graphs, facts: Facts, origin: int, what: str) -> str:
 def _blame_layout(spec: RelationSpec, g: Graphs, facts: Facts, d: dict[str, Any], sm: SourceMap) -> dict[str, Any]:
     """A frontier whose operand carries an unresolved bijection is caused where it entered."""
     n = g.node("distributed", d["instruction"].lstrip("%"))
-    if any(f"{'partial'}" in r for r in (x["relation"] for x in d["operands"])):
+    if any("partial" in x["relation"] for x in d["operands"]):
+        return d
+    if n.ins.opcode in ("reshape", "transpose"):
+        carried = [o for o in n.operands if _layout_only(facts, o)]
+        if carried:
+            bij = next(f.relation for f in facts.by_dist[carried[0]] if f.relation.startswith("layout("))
+            d["cause"] = (
+                f"no reshape/transpose bijection maps this {n.ins.opcode} to the baseline: its operand "
+                f"%{g.nodes[carried[0]].ins.name} matches the baseline only through {bij}, and this "
+                f"{n.ins.opcode} to {n.ins.shape} regroups axes across that order (e.g. (s·b, h) read as (b, s, h))"
+            )
         return d
     for o in n.operands:
         origin = _layout_origin(g, facts, o)

@@ -230,8 +230,11 @@ def _element_type(shape: dict[str, Any]) -> str:
 
 
 def _walk_frames(frame_id: int, index: dict[str, Any]) -> list[tuple[str, int, str]]:
-    """(file, line, function) from the innermost frame outwards; ids in the proto are 1-based."""
-    files = index.get("fileNames", [])
+    """(file, line, function) from the innermost frame outwards; ids in the proto are 1-based.
+
+    Absolute file names are resolved, so a repository reached through a symlink still counts.
+    """
+    files = [os.path.realpath(f) if f.startswith("/") else f for f in index.get("fileNames", [])]
     functions = index.get("functionNames", [])
     locations = index.get("fileLocations", [])
     frames = index.get("stackFrames", [])
@@ -249,16 +252,20 @@ def _walk_frames(frame_id: int, index: dict[str, Any]) -> list[tuple[str, int, s
     return out
 
 
-def capture(outputs: Iterable[Any], root: Path | str) -> Capture:
+def capture(
+    outputs: Iterable[Any], root: Path | str, exclude: Iterable[Path | str] = ()
+) -> Capture:
     """Lower ``outputs`` to HLO text plus a source map whose frames are repository files.
 
     ``root`` is the repository root: frames outside it (and inside any site-packages below it)
     are dropped from the source map, and every path in the text is rewritten to name no
-    directory of this machine.
+    directory of this machine. Frames of the files in ``exclude`` (a tracing driver, say) are
+    dropped too, so that the map names the model code only.
     """
     import torch_xla
 
     root = Path(root).resolve()
+    excluded = {str(Path(path).resolve()) for path in exclude}
     tensors = list(outputs)
     context = torch_xla._XLAC.lowering.LoweringContext(_LOWERING_NAME)
     context.build(tensors)
@@ -272,9 +279,7 @@ def capture(outputs: Iterable[Any], root: Path | str) -> Capture:
     for match in _OP_NAME_RE.finditer(raw_text):
         numbering.learn(match.group(1))
     text = _OP_NAME_RE.sub(lambda m: f'op_name="{numbering.apply(m.group(1))}"', raw_text)
-    text = _SOURCE_FILE_RE.sub(
-        lambda m: f'source_file="{portable_path(m.group(1), root)}"', text
-    )
+    text = _SOURCE_FILE_RE.sub(lambda m: f'source_file="{portable_path(m.group(1), root)}"', text)
     if not text.endswith("\n"):
         text += "\n"
 
@@ -298,7 +303,7 @@ def capture(outputs: Iterable[Any], root: Path | str) -> Capture:
                 for file_name, line, function in _walk_frames(
                     int(metadata.get("stackFrameId", 0)), frame_index
                 )
-                if is_repository_file(file_name, root)
+                if is_repository_file(file_name, root) and file_name not in excluded
             ]
             instructions[instruction["name"]] = {
                 "frames": frames,
@@ -308,10 +313,23 @@ def capture(outputs: Iterable[Any], root: Path | str) -> Capture:
     return Capture(text, sourcemap, parameter_shapes, context)
 
 
-def capture_hlo(outputs: Iterable[Any], root: Path | str) -> tuple[str, dict[str, Any]]:
+def capture_hlo(
+    outputs: Iterable[Any], root: Path | str, exclude: Iterable[Path | str] = ()
+) -> tuple[str, dict[str, Any]]:
     """``(hlo_text, sourcemap)`` of ``outputs``; see :func:`capture`."""
-    result = capture(outputs, root)
+    result = capture(outputs, root, exclude)
     return result.hlo_text, result.sourcemap
+
+
+def dump_sourcemap(sourcemap: dict[str, Any]) -> str:
+    """The source map as JSON text, one instruction per line so that diffs stay readable."""
+    entries = [
+        f"  {json.dumps(name)}: {json.dumps(entry)}"
+        for name, entry in sourcemap["instructions"].items()
+    ]
+    body = ",\n".join(entries)
+    instructions = f"{{\n{body}\n }}" if entries else "{}"
+    return f'{{\n "version": {json.dumps(sourcemap["version"])},\n "instructions": {instructions}\n}}\n'
 
 
 def parameter_number(captured: Capture, tensor: Any) -> int:

@@ -3,14 +3,15 @@
 Each pass is a function from an entry computation to a new one (the torch.fx model). What they do
 and why:
 - ``strip_tokens``: torch-xla threads a token through ``xm.*`` collectives (``x + broadcast(tok)``
-  before, ``tok * gather(result)`` after, the token being a scalar parameter). Adding a broadcast
-  scalar that is the token is the identity only if the token is 0 — torch-xla feeds 0 — so we
-  remove those adds/multiplies only when the scalar provably is the token parameter.
+  before, ``tok * gather(result)`` after, the token being a scalar parameter that holds 0). Only
+  parameters the relations file declares as tokens are stripped; the "after" side is dead code.
 - ``split_tuples``: a multi-operand all-reduce returns a tuple; split it into one all-reduce per
   operand (identical semantics) and resolve ``get-tuple-element(tuple(...))``.
 - ``fold_noops``: drop converts to the same type, copies, identity transposes/reshapes/broadcasts, and
   collapse reshape∘reshape and transpose∘transpose chains (row-major reshapes compose exactly).
 - ``dce``: keep only instructions the root depends on.
+- ``unmerge_batch_dots``: a batched dot over merged leading dims becomes a dot with two batch
+  dims and a reshape (see the function).
 Reducer computations are classified (add/max/min/mul/and/or) into ``parsed['reducer']``.
 """
 
@@ -69,60 +70,30 @@ def classify_reducers(module: Module) -> None:
                 ins.parsed["reducer"] = kind or f"computation:{callee}"
 
 
-def strip_tokens(comp: Computation) -> Computation:
-    """Remove torch-xla's token arithmetic around collectives (see module docstring)."""
+def strip_tokens(comp: Computation, tokens: frozenset[str]) -> Computation:
+    """Remove torch-xla's token arithmetic: ``x + broadcast(tok)`` is ``x`` because the token
+    parameters (declared by the relations file, relation ``token``) hold 0."""
     comp = _clone(comp)
-    by = {i.name: i for i in comp.instructions}
-    token_params = {
-        i.name
-        for i in comp.instructions
-        if i.opcode == "parameter" and i.shape.dims == () and i.shape.dtype in ("f32", "bf16", "f16", "s32")
-        and _feeds_only_token_plumbing(i.name, comp)
-    }
-    if not token_params:
+    if not tokens:
         return comp
+    by = {i.name: i for i in comp.instructions}
 
-    def is_token_scalar(name: str) -> bool:
+    def is_token(name: str) -> bool:
         ins = by[name]
         while ins.opcode in ("broadcast", "reshape", "convert") and ins.operands:
             ins = by[ins.operands[0]]
-        return ins.name in token_params
+        return ins.opcode == "parameter" and ins.name in tokens
 
     alias: dict[str, str] = {}
     for ins in comp.instructions:
         if ins.opcode == "add" and len(ins.operands) == 2:
             a, b = ins.operands
-            if is_token_scalar(b):
+            if is_token(b):
                 alias[ins.name] = a
-            elif is_token_scalar(a):
+            elif is_token(a):
                 alias[ins.name] = b
     _rewire(comp.instructions, alias)
     return comp
-
-
-def _feeds_only_token_plumbing(name: str, comp: Computation) -> bool:
-    """A token parameter is only ever broadcast and added to collective inputs."""
-    users = [i for i in comp.instructions if name in i.operands]
-    if not users:
-        return False
-    frontier = list(users)
-    seen: set[str] = set()
-    while frontier:
-        u = frontier.pop()
-        if u.name in seen:
-            continue
-        seen.add(u.name)
-        if u.opcode in ("broadcast", "reshape", "convert"):
-            frontier.extend(i for i in comp.instructions if u.name in i.operands)
-        elif u.opcode == "add":
-            consumers = [i for i in comp.instructions if u.name in i.operands]
-            if not consumers or any(c.opcode not in ("all-reduce", "tuple") for c in consumers):
-                return False
-        elif u.opcode == "multiply":
-            continue  # tok * f(result): the token-after side, removed by multiply folding below
-        else:
-            return False
-    return True
 
 
 def split_tuples(comp: Computation) -> Computation:
@@ -195,6 +166,42 @@ def fold_noops(comp: Computation) -> Computation:
     return Computation(comp.name, kept, comp.is_entry, comp.loc)
 
 
+def unmerge_batch_dots(comp: Computation) -> Computation:
+    """dot(reshape(x), reshape(y)) whose one batch dim is the merge of x's and y's two leading
+    dims becomes reshape(dot(x, y) with two batch dims). Both graphs merge heads into the batch
+    differently (b·n vs b·n/c); unmerged, a head sharding is a plain sharding again."""
+    comp = _clone(comp)
+    by = {i.name: i for i in comp.instructions}
+    out: list[Instruction] = []
+    for ins in comp.instructions:
+        p = ins.parsed
+        if ins.opcode != "dot" or list(p.get("lhs_batch_dims", [])) != [0] or list(p.get("rhs_batch_dims", [])) != [0]:
+            out.append(ins)
+            continue
+        lhs, rhs = (by[o] for o in ins.operands)
+        if lhs.opcode != "reshape" or rhs.opcode != "reshape":
+            out.append(ins)
+            continue
+        xs, ys = by[lhs.operands[0]].shape.dims, by[rhs.operands[0]].shape.dims
+        ok = (
+            len(xs) == lhs.shape.rank + 1 and len(ys) == rhs.shape.rank + 1
+            and xs[:2] == ys[:2] and xs[0] * xs[1] == lhs.shape.dims[0]
+            and xs[2:] == lhs.shape.dims[1:] and ys[2:] == rhs.shape.dims[1:]
+        )
+        if not ok:
+            out.append(ins)
+            continue
+        inner_shape = replace(ins.shape, dims=(xs[0], xs[1], *ins.shape.dims[1:]), layout=None)
+        inner = replace(ins, name=f"{ins.name}.unmerged", shape=inner_shape, operands=[lhs.operands[0], rhs.operands[0]], is_root=False)
+        inner.parsed = dict(p, lhs_batch_dims=[0, 1], rhs_batch_dims=[0, 1],
+                            lhs_contracting_dims=[d + 1 for d in p.get("lhs_contracting_dims", [])],
+                            rhs_contracting_dims=[d + 1 for d in p.get("rhs_contracting_dims", [])])
+        inner.attrs = {k: v for k, v in ins.attrs.items() if not k.endswith("_dims")}
+        merged = replace(ins, opcode="reshape", operands=[inner.name], parsed={}, attrs={})
+        out.extend([inner, merged])
+    return Computation(comp.name, out, comp.is_entry, comp.loc)
+
+
 def _same_type(a: Shape, b: Shape) -> bool:
     return a.dtype == b.dtype and a.dims == b.dims
 
@@ -218,13 +225,14 @@ def dce(comp: Computation) -> Computation:
     return Computation(comp.name, kept, comp.is_entry, comp.loc)
 
 
-def normalize(module: Module) -> Module:
-    """Return a new module whose entry computation went through every pass."""
+def normalize(module: Module, tokens: frozenset[str] = frozenset()) -> Module:
+    """Return a new module whose entry computation went through every pass; ``tokens`` names
+    the parameters that carry torch-xla's collective token."""
     module = copy.copy(module)
     module.computations = dict(module.computations)
     classify_reducers(module)
-    entry = module.entry
-    for step in (strip_tokens, split_tuples, fold_noops, dce):
+    entry = strip_tokens(module.entry, tokens)
+    for step in (split_tuples, fold_noops, unmerge_batch_dots, fold_noops, dce):
         entry = step(entry)
     module.computations[module.entry_name] = entry
     return module

@@ -32,11 +32,11 @@ __all__ = ["parse_hlo", "parse_hlo_file"]
 
 # A string is kept together with comments in one alternation so that "/*" inside a string is
 # never taken for a comment. The lone "/\*" catches a comment that is never closed.
-_COMMENT_OR_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|/\*.*?\*/|//[^\n]*|/\*', re.S)
-_STRING_1L = re.compile(r'"(?:[^"\\\n]|\\.)*"')
-_STRING_ML = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_COMMENT_OR_STRING = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+"|/\*.*?\*/|//[^\n]*|/\*', re.S)
+_STRING_1L = re.compile(r'"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"')
+_STRING_ML = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+"', re.S)
 _WS = re.compile(r"\s*")
-_SPACES = re.compile(r"[ \t\r\f\v\ufeff]*")
+_SPACES = re.compile(r"[ \t\r\f\v]*")
 _NAME = re.compile(r"%?([A-Za-z0-9_][A-Za-z0-9_.\-]*)")
 _MODULE_NAME = re.compile(r"[^\s,{}()]+")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -56,16 +56,19 @@ _CLOSER = {"{": "}", "[": "]", "(": ")"}
 # Fast paths for the common shapes of text; whenever one does not match, the general scanner
 # takes over from the same position (so they change speed, never the accepted language).
 # Possessive quantifiers keep a failed match linear (no backtracking into nested repeats).
-_STR = r'"(?:[^"\\\n]|\\.)*"'
+_STR = r'"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"'
 _FAST_ATTR = re.compile(
     r"[ \t]*,[ \t]*([A-Za-z_][A-Za-z0-9_.\-]*)=("
     r'(?:[^\s,{}\[\]()"]++|' + _STR + r'|\{(?:[^{}\[\]()"\n]++|' + _STR + r'|\{[^{}\[\]()"\n]*+\})*+\})*+'
     r")"
 )
+_LINE_END = re.compile(r"[ \t\r\f\v]*(?:\n|\Z)")
+_CONTINUATION = re.compile(r"\s*,")  # a line break before ',' continues the attribute list
 _FAST_HEAD = re.compile(r"(ROOT[ \t]+)?%?([A-Za-z0-9_][A-Za-z0-9_.\-]*)[ \t]*=[ \t]*")
 _FAST_OPCODE = re.compile(r"[ \t]*([A-Za-z][A-Za-z0-9_.\-]*)\(")
 _FAST_OPERAND = re.compile(
-    r"[ \t]*(?:[a-z][a-z0-9]*\[[0-9,<=?]*\](?:\{[^{}\n]*\})?[ \t]+)?(%?)([A-Za-z0-9_][A-Za-z0-9_.\-]*)[ \t]*([,)])"
+    r"[ \t]*(?:[a-z][a-z0-9]*\[[0-9,<=?]*\](?:\{[^{}\n]*\})?[ \t]+)?"  # optional operand shape
+    r"(%?)([A-Za-z0-9_][A-Za-z0-9_.\-]*)[ \t]*([,)])"
 )
 
 # Tables newer XLA prints between the module header and the first computation (source locations
@@ -285,7 +288,10 @@ def _iota_groups(group_dims: list[int], reshape: list[int], perm: list[int] | No
             strides[i] = strides[i + 1] * reshape[i + 1]
         tdims = [reshape[p] for p in perm]
         tstrides = [strides[p] for p in perm]
-        flat = [sum(i * st for i, st in zip(idx, tstrides, strict=True)) for idx in product(*(range(d) for d in tdims))]
+        flat = [
+            sum(i * st for i, st in zip(idx, tstrides, strict=True))
+            for idx in product(*(range(d) for d in tdims))
+        ]
     size = group_dims[1]
     return [flat[g * size : (g + 1) * size] for g in range(group_dims[0])]
 
@@ -349,12 +355,28 @@ _METADATA_STRS = ("op_type", "op_name", "source_file")
 
 
 # One field: key, then a string, a bracketed group without nested braces, or a bare token.
-_METADATA_ITEM = re.compile(
-    r'\s*([A-Za-z_][A-Za-z0-9_.\-]*)=("(?:[^"\\\n]|\\.)*"|\{[^{}\n]*\}|[^\s{}"]*)'
-)
+_METADATA_FIELD = r'([A-Za-z_][A-Za-z0-9_.\-]*)=("[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"|\{[^{}\n]*\}|[^\s{}"]*)'
+_METADATA_ITEM = re.compile(r"\s*" + _METADATA_FIELD)
+_METADATA_FULL = re.compile(r"\{(?:\s*" + _METADATA_FIELD + r")*+\s*\}\Z")
 
 
 def _read_metadata(raw: str) -> Metadata:
+    # Well-formed metadata (nearly all of it) is split by one findall; anything else takes the
+    # field-by-field loop, which finds the offending offset.
+    if _METADATA_FULL.match(raw):
+        fields: dict[str, Any] = {}
+        for key, value in _METADATA_ITEM.findall(raw, 1, len(raw) - 1):
+            if key in _METADATA_STRS:
+                fields[key] = _unquote(value)
+            elif key in _METADATA_INTS:
+                if not _INT_FULL.match(value):
+                    return _read_metadata_slowly(raw)
+                fields[key] = int(value)
+        return Metadata(**fields)
+    return _read_metadata_slowly(raw)
+
+
+def _read_metadata_slowly(raw: str) -> Metadata:
     if not (raw.startswith("{") and raw.endswith("}")):
         raise _ScanError(0, f"expected metadata in braces, got '{raw}'")
     fields: dict[str, Any] = {}
@@ -363,8 +385,9 @@ def _read_metadata(raw: str) -> Metadata:
     while True:
         m = _METADATA_ITEM.match(raw, pos, end)
         if m is None:
-            if raw[pos:end].strip():
-                raise _ScanError(pos + len(raw[pos:end]) - len(raw[pos:end].lstrip()), "expected key=value in metadata")
+            rest = raw[pos:end]
+            if rest.strip():
+                raise _ScanError(pos + len(rest) - len(rest.lstrip()), "expected key=value in metadata")
             return Metadata(**fields)
         key, value = m.groups()
         if key in _METADATA_STRS:
@@ -374,8 +397,6 @@ def _read_metadata(raw: str) -> Metadata:
                 raise _ScanError(m.start(2), f"expected an integer for metadata {key}, got '{value}'")
             fields[key] = int(value)
         pos = m.end()
-        if pos < end and not raw[pos].isspace():
-            raise _ScanError(pos, "expected a space between metadata fields")
 
 
 _READERS: dict[str, Callable[[str], Any]] = {
@@ -476,14 +497,16 @@ class _Parser:
             self.s, self.comments = _strip_comments(text)
         except _ScanError as e:
             self.fail(e.offset, e.message)
+        if self.s.startswith("\ufeff"):  # a byte-order mark; blanked so positions stay put
+            self.s = " " + self.s[1:]
         self.comment_starts = [a for a, _ in self.comments]
         self.n = len(self.s)
         self.pos = 0
         self.shape_cache: dict[str, Shape] = {}
         self.metadata_cache: dict[str, Metadata] = {}
-        # (computation, value position, key, callee name(s)) for every call, checked once
+        # (computation, value position, key, callee name(s), raw value) for every call, checked once
         # all computations are known (a module may print a callee after its caller).
-        self.calls: list[tuple[str, int, str, str | list[str]]] = []
+        self.calls: list[tuple[str, int, str, str | list[str], str]] = []
 
     # -- positions and errors --
 
@@ -577,6 +600,10 @@ class _Parser:
                     raw = self.raw(vstart, vend)
                 out.append((fast.group(1), raw, vstart))
                 continue
+            end = _LINE_END.match(s, self.pos)
+            if end is not None and not _CONTINUATION.match(s, end.end()):
+                self.pos = end.end() - 1 if end.group(0).endswith("\n") else end.end()
+                return out
             p = _SPACES.match(s, self.pos).end()
             c = s[p] if p < self.n else ""
             if c == "\n":
@@ -584,7 +611,7 @@ class _Parser:
                 if q < self.n and s[q] == ",":
                     p, c = q, ","
             if c != ",":
-                if c not in ("", "\n", "}"):
+                if c not in ("", "\n"):
                     self.fail(p, f"expected ',' or end of line after {what}")
                 self.pos = p
                 return out
@@ -666,11 +693,12 @@ class _Parser:
                 if d == "?":  # unbounded dynamic dimension
                     dims.append(-1)
                     dynamic.append(True)
-                elif d.isdigit():
+                elif d.isascii() and d.isdigit():
                     dims.append(int(d))
                     dynamic.append(dyn)
                 else:
-                    self.fail(offset + len(part) - len(part.lstrip()), f"invalid dimension '{part.strip()}' in shape")
+                    at = offset + len(part) - len(part.lstrip())
+                    self.fail(at, f"invalid dimension '{part.strip()}' in shape")
                 offset += len(part) + 1
         self.pos = close + 1
         layout = None
@@ -793,7 +821,7 @@ class _Parser:
                     self.fail(vpos + e.offset, f"invalid {key}: {e.message}")
                 parsed[key] = value
                 if key in _CALL_KEYS:
-                    self.calls.append((comp, vpos, key, value))
+                    self.calls.append((comp, vpos, key, value, raw))
             elif key == "index" and opcode == "get-tuple-element":
                 try:
                     tuple_index = _read_int(raw)
@@ -801,6 +829,7 @@ class _Parser:
                     self.fail(vpos, f"invalid index: {e.message}")
         if opcode == "get-tuple-element" and tuple_index is None:
             self.fail(start, f"get-tuple-element %{name} needs an index=N attribute")
+        line = bisect.bisect_right(self.line_starts, start)
         return Instruction(
             name=name,
             opcode=opcode,
@@ -813,7 +842,7 @@ class _Parser:
             parameter_number=parameter_number,
             tuple_index=tuple_index,
             is_root=is_root,
-            loc=self.loc(start),
+            loc=Location(self.path, line, start - self.line_starts[line - 1] + 1),
         )
 
     def signature(self) -> None:
@@ -944,11 +973,17 @@ class _Parser:
         if entry is None:
             entry = next(reversed(computations))
             computations[entry].is_entry = True
-        for comp_name, vpos, key, value in self.calls:
+        for comp_name, vpos, key, value, raw in self.calls:
             for callee in [value] if isinstance(value, str) else value:
                 if callee not in computations:
-                    self.fail(vpos, f"{key} names computation %{callee}, which is not defined (in computation %{comp_name})")
-        return Module(name=module_name, computations=computations, entry_name=entry, header=header, path=self.path)
+                    at = re.search(r"%?(?<![\w.\-])" + re.escape(callee) + r"(?![\w.\-])", raw)
+                    self.fail(
+                        vpos + (at.start() if at else 0),
+                        f"{key} names computation %{callee}, which is not defined (in computation %{comp_name})",
+                    )
+        return Module(
+            name=module_name, computations=computations, entry_name=entry, header=header, path=self.path
+        )
 
 
 def parse_hlo(text: str, path: str = "<string>") -> Module:
