@@ -633,9 +633,9 @@ def run_pair(baseline_hlo: str, distributed_hlo: str, relations: dict[str, Any],
     base_of: dict[int, int] = {}
     for k, e in enumerate(in_entries):
         rel = e.get("relation")
-        if rel not in ("duplicate", "sharded", "rank", "partial"):
+        if rel not in ("duplicate", "sharded", "rank", "partial", "token"):
             raise ValueError(f"inputs[{k}]: unknown relation {rel!r}")
-        if rel != "rank":
+        if rel not in ("rank", "token"):
             if "baseline" not in e:
                 raise ValueError(f"inputs[{k}]: relation {rel} needs a baseline parameter")
             bp = base.param(e["baseline"], f"inputs[{k}].baseline")
@@ -671,6 +671,9 @@ def run_pair(baseline_hlo: str, distributed_hlo: str, relations: dict[str, Any],
                     raise ValueError(f"inputs[{k}]: rank parameter must be an integer scalar, "
                                      f"got {dp.dtype}{list(dp.shape)}")
                 pieces = [np.array(r, dtype=dp.dtype) for r in range(c)]
+            elif rel == "token":
+                # torch-xla's collective token holds 0 at program start.
+                pieces = [np.zeros(dp.shape, dtype=dp.dtype)] * c
             else:
                 x = base_args[base_of[k]]
                 assert x is not None

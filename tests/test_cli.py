@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from shardproof.engine.cli import main
 
 HERE = Path(__file__).parent / "hlo_handwritten"
