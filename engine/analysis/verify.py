@@ -502,9 +502,10 @@ def _cause(spec: RelationSpec, g: Graphs, facts: Facts, n: Node) -> str:
                 op = r[len("partial(") : -1]
                 return f"operand {name(o)} is a partial {'sum' if op == 'add' else op} over ranks {group}: a reduction (all-reduce) is missing before this {ins.opcode}"
     for o in n.operands:
-        oi = g.nodes[o].ins
-        if oi.opcode == "constant" and not any(g.nodes[m].side == "baseline" for m in facts.members.get(facts.classes.get(o, -1), [])):
-            return f"constant {name(o)} = {oi.literal} has no counterpart in the baseline graph (a constant differs from the baseline)"
+        c = _dist_only_constant(g, facts, o)
+        if c is not None:
+            via = "" if c == o else f" (through {name(o)})"
+            return f"constant {name(c)} = {g.nodes[c].ins.literal}{via} has no counterpart in the baseline graph: a constant differs from the baseline"
     described = ", ".join(f"{name(o)} is {_describe(g, facts, o)}" for o in n.operands)
     if any(r.startswith(RANK_FAMILY) for rs in rels.values() for r in rs):
         return f"this {ins.opcode} on rank-dependent values does not select exactly this rank's block (check offsets and bounds); operands: {described}"
@@ -512,6 +513,23 @@ def _cause(spec: RelationSpec, g: Graphs, facts: Facts, n: Node) -> str:
     if counterpart is not None:
         return f"the baseline computes {counterpart} from the corresponding operands; this {ins.opcode} computes {ins.shape} with different attributes (e.g. a different dtype, shape, offset or axis order)"
     return f"no baseline instruction matches this {ins.opcode} ({ins.shape}); operands: {described}"
+
+
+def _has_baseline(g: Graphs, facts: Facts, cls: int) -> bool:
+    return any(g.nodes[m].side == "baseline" for m in facts.members.get(cls, []))
+
+
+def _dist_only_constant(g: Graphs, facts: Facts, gid: int) -> int | None:
+    """A constant feeding gid whose value the baseline never has, when gid's only partners are
+    such rank-independent values."""
+    fs = facts.by_dist.get(gid, [])
+    if not fs or any(f.baseline < 0 or _has_baseline(g, facts, f.baseline) for f in fs):
+        return None
+    for a in sorted(_ancestors(g, [gid]), reverse=True):
+        n = g.nodes[a]
+        if n.ins.opcode == "constant" and not _has_baseline(g, facts, facts.classes.get(a, -1)):
+            return a
+    return None
 
 
 def _baseline_counterpart(g: Graphs, facts: Facts, n: Node) -> str | None:

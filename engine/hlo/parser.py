@@ -161,8 +161,7 @@ def _unescape(body: str) -> str:
     if "\\" not in body:
         return body
     if _UNUSUAL_ESCAPE.search(body) is None:
-        decoded: bytes = codecs.escape_decode(body.encode("utf-8"))[0]  # type: ignore[attr-defined]
-        return decoded.decode("utf-8", errors="replace")
+        return codecs.escape_decode(body.encode("utf-8"))[0].decode("utf-8", errors="replace")
     out = bytearray()
     last = 0
     for m in _ESCAPE.finditer(body):
@@ -191,9 +190,7 @@ def _unquote(raw: str) -> str:
 
 _INT_LIST_FULL = re.compile(r"\{\s*(?:-?\d+\s*(?:,\s*-?\d+\s*)*)?\}\Z")
 _SLICE_DIM = re.compile(r"\[\s*(-?\d+)\s*:\s*(-?\d+)\s*(?::\s*(-?\d+)\s*)?\]")
-_SLICE_FULL = re.compile(
-    r"\{\s*(?:\[[^\[\]]*\]\s*(?:,\s*\[[^\[\]]*\]\s*)*)?\}\Z"
-)
+_SLICE_FULL = re.compile(r"\{\s*(?:\[[^\[\]]*\]\s*(?:,\s*\[[^\[\]]*\]\s*)*)?\}\Z")
 _PAD_DIM = re.compile(r"(-?\d+)_(-?\d+)(?:_(-?\d+))?\Z")
 _INTS = r"\s*(?:-?\d+\s*(?:,\s*-?\d+\s*)*)?"
 _GROUPS_FULL = re.compile(r"\{\s*(?:\{" + _INTS + r"\}\s*(?:,\s*\{" + _INTS + r"\}\s*)*)?\}\Z")
@@ -226,7 +223,8 @@ def _read_bool(raw: str) -> bool:
 def _read_int_list(raw: str) -> list[int]:
     if not _INT_LIST_FULL.match(raw):
         raise _ScanError(0, f"expected a list of integers like {{0,1}}, got '{raw}'")
-    return [int(x) for x in _INT.findall(raw)]
+    inner = raw[1:-1]
+    return [int(x) for x in inner.split(",")] if inner.strip() else []
 
 
 def _read_str(raw: str) -> str:
@@ -305,7 +303,7 @@ def _read_replica_groups(raw: str) -> list[list[int]]:
         return _iota_groups(_csv_ints(m.group(1)), _csv_ints(m.group(2)), perm)
     if not _GROUPS_FULL.match(raw):
         raise _ScanError(0, f"expected replica groups like {{{{0,1}},{{2,3}}}}, got '{raw}'")
-    return [[int(x) for x in _INT.findall(g)] for g in _GROUP.findall(raw, 1)]
+    return [[int(x) for x in g.split(",")] if g.strip() else [] for g in _GROUP.findall(raw, 1)]
 
 
 def _read_pairs(raw: str) -> list[tuple[int, int]]:
@@ -721,7 +719,12 @@ class _Parser:
             if is_root:
                 self.ws()
             name, _ = self.name("instruction name (or '}' to end the computation)")
-            self.expect("=", f"expected '=' after instruction name %{name}")
+            self.ws()
+            if self.peek() != "=":
+                # A computation header here means the previous computation was never closed.
+                hint = " (is a '}' missing before this line?)" if name == "ENTRY" or self.peek() in ("{", "(") else ""
+                self.fail(self.pos, f"expected '=' after instruction name %{name}{hint}")
+            self.pos += 1
             self.ws()
         shape = self.shape()
         om = _FAST_OPCODE.match(s, self.pos)
@@ -804,14 +807,14 @@ class _Parser:
             attrs[key] = raw
             if key == "metadata":
                 # Frozen, and often repeated verbatim (torch-xla), so one reading is shared.
-                metadata = self.metadata_cache.get(raw)  # type: ignore[assignment]
-                if metadata is None:
+                cached = self.metadata_cache.get(raw)
+                if cached is None:
                     try:
-                        metadata = _read_metadata(raw)
+                        cached = _read_metadata(raw)
                     except _ScanError as e:
                         self.fail(vpos + e.offset, f"invalid metadata: {e.message}")
-                    self.metadata_cache[raw] = metadata
-                parsed[key] = metadata
+                    self.metadata_cache[raw] = cached
+                parsed[key] = metadata = cached
                 continue
             reader = _READERS.get(key)
             if reader is not None:
