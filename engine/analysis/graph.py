@@ -214,8 +214,10 @@ def _check_supported(g: Graphs, side: str, ins: Instruction, module: Module) -> 
             unsupported(f"custom-call target '{target}' is not declared in the relations file (custom_calls)")
     if ins.opcode == "scatter":
         unsupported("scatter has no rules yet")
-    if ins.opcode in ("all-to-all", "collective-permute") and side == "baseline":
-        unsupported("a collective in the baseline graph")
+    if ins.opcode in COLLECTIVES and side == "baseline":
+        unsupported("a collective in the baseline (single-device) graph")
+    if ins.opcode in ("replica-id", "partition-id"):
+        unsupported(f"{ins.opcode} differs per rank; declare the rank as an s32[] input with relation 'rank' instead")
     if ins.opcode in BINARY_POINTWISE and len(ins.operands) != 2:
         unsupported(f"{ins.opcode} with {len(ins.operands)} operands")
 

@@ -577,47 +577,50 @@ class _Parser:
         self.pos = end
         return self.raw(start, end), start
 
-    def attributes(self, what: str) -> list[tuple[str, str, int]]:
+    def attributes(self, what: str, name: str = "") -> list[tuple[str, str, int]]:
         """``, key=value`` pairs up to the end of the line (a line break before a ',' continues).
 
-        Returns (key, raw value, value position) in printed order.
+        Returns (key, raw value, value position) in printed order. ``what`` and ``name`` only
+        go into error messages (joined there, so the common path formats nothing).
         """
         s = self.s
+        n = self.n
+        fast_attr = _FAST_ATTR.match
         out: list[tuple[str, str, int]] = []
         while True:
-            fast = _FAST_ATTR.match(s, self.pos)
-            if fast is not None:
-                vstart = fast.start(2)
-                vend = fast.end()
-                if vend < self.n and s[vend] in '{[("':
+            pos = self.pos
+            while (fast := fast_attr(s, pos)) is not None:
+                vstart, vend = fast.span(2)
+                if vend < n and s[vend] in '{[("':
                     # Deeper nesting than the fast pattern covers: scan the value properly.
                     self.pos = vstart
                     raw, _ = self.value()
+                    pos = self.pos
                 else:
-                    self.pos = vend
-                    raw = self.raw(vstart, vend)
+                    raw = self.raw(vstart, vend) if self.comments else s[vstart:vend]
+                    pos = vend
                 out.append((fast.group(1), raw, vstart))
-                continue
-            end = _LINE_END.match(s, self.pos)
-            if end is not None and not _CONTINUATION.match(s, end.end()):
+            self.pos = pos
+            end = _LINE_END.match(s, pos)
+            if end is not None and _CONTINUATION.match(s, end.end()) is None:
                 self.pos = end.end() - 1 if end.group(0).endswith("\n") else end.end()
                 return out
-            p = _SPACES.match(s, self.pos).end()
-            c = s[p] if p < self.n else ""
+            p = _SPACES.match(s, pos).end()
+            c = s[p] if p < n else ""
             if c == "\n":
                 q = _WS.match(s, p).end()
-                if q < self.n and s[q] == ",":
+                if q < n and s[q] == ",":
                     p, c = q, ","
             if c != ",":
                 if c not in ("", "\n"):
-                    self.fail(p, f"expected ',' or end of line after {what}")
+                    self.fail(p, f"expected ',' or end of line after {what}{name}")
                 self.pos = p
                 return out
             self.pos = p + 1
             self.ws()
             km = _ATTR_KEY.match(s, self.pos)
             if km is None:
-                self.fail(self.pos, f"expected attribute name after ',' in {what}")
+                self.fail(self.pos, f"expected attribute name after ',' in {what}{name}")
             key = km.group(0)
             self.pos = km.end()
             if self.peek() != "=":
@@ -801,7 +804,7 @@ class _Parser:
         parsed: dict[str, Any] = {}
         metadata = Metadata()
         tuple_index: int | None = None
-        for key, raw, vpos in self.attributes(f"instruction %{name}"):
+        for key, raw, vpos in self.attributes("instruction %", name):
             if key in attrs:
                 self.fail(vpos - len(key) - 1, f"duplicate attribute '{key}' in instruction %{name}")
             attrs[key] = raw
@@ -914,7 +917,7 @@ class _Parser:
         if root is None:
             instructions[-1].is_root = True  # XLA's rule: without ROOT the last instruction is the root
         # Non-main-thread computations print `}, execution_thread="..."`; nothing the IR keeps.
-        self.attributes(f"computation %{name}")
+        self.attributes("computation %", name)
         return Computation(name=name, instructions=instructions, is_entry=is_entry, loc=self.loc(start))
 
     def section(self, title: str) -> str:

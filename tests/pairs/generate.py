@@ -24,6 +24,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
 import models  # noqa: E402  (a sibling script, not a package)
+
 from shardproof.engine.frontend import capture  # noqa: E402
 
 MODELS_FILE = "tests/pairs/models.py"
