@@ -111,3 +111,11 @@ def test_layout_path_uses_bijection_and_bug_is_blamed_on_the_layout_op(tmp_path:
     assert doc["divergences"][0]["instruction"] == "%tr"
     assert "transpose(1,0,2)" in doc["divergences"][0]["cause"]
     assert doc["outputs"][0]["found"] == ["layout(dup, bijection=[reshape(64,4,32), transpose(1,0,2), reshape(256,32)])"]
+
+
+def test_ill_typed_hlo_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.hlo"
+    bad.write_text((HERE / "mlp_distributed.hlo").read_text().replace("%o = f32[4,8]{1,0} dot(%a, %w2)", "%o = f32[4,9]{1,0} dot(%a, %w2)"))
+    code, _, err = run(capsys, "check", str(HERE / "mlp_baseline.hlo"), str(bad), "--relations", str(HERE / "mlp_relations.yaml"))
+    assert code == 3
+    assert "bad.hlo:" in err and "%o (dot) is ill-typed" in err and "[4, 8]" in err

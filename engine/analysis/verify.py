@@ -8,6 +8,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..hlo.normalize import normalize
+from ..hlo.shapecheck import check_module
 from ..ir import Instruction, Module
 from ..relations import Binding, RelationSpec
 from ..sourcemap import SourceMap, from_metadata
@@ -135,6 +136,8 @@ def verify(spec: RelationSpec, baseline: Module, distributed: Module, sourcemap:
     timings: dict[str, float] = {}
     t = time.perf_counter()
     tokens = frozenset(_param(distributed, b.distributed, b.key, "distributed", spec.path).name for b in spec.inputs if b.relation.kind == "token" and b.distributed is not None)
+    check_module(baseline)
+    check_module(distributed)
     base = normalize(baseline)
     dist = normalize(distributed, tokens)
     timings["normalize"] = time.perf_counter() - t
