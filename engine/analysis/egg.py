@@ -17,7 +17,7 @@ from pathlib import Path
 
 from egglog import bindings
 
-RULE_FILES = ("core.egg", "algebra.egg", "partition.egg", "collectives.egg", "slicing.egg", "layout.egg")
+RULE_FILES = ("core.egg", "algebra.egg", "partition.egg", "collectives.egg", "slicing.egg", "unroll.egg", "layout.egg")
 
 
 def split_forms(text: str) -> Iterator[str]:

@@ -81,7 +81,8 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
     g = Graphs(spec, baseline, distributed)
     tables = Tables(spec.c)
     g.tables = tables
-    rows: dict[str, list[tuple[object, ...]]] = {k: [] for k in ("leafrow", "litrow", "urow", "brow", "trow", "vrow", "nilrow", "consrow", "rankrow", "commutative", "mirror", "layoutop", "ew", "scalarbcast", "litint", "zerolit", "intop", "intwiden", "cmpop", "orop", "boolconv", "selectop", "gathershard", "maskfor", "dsliceat", "identlit", "falselit", "onelit", "fillop", "mulop", "addop", "prednefalse", "dotop")}
+    rows: dict[str, list[tuple[object, ...]]] = {k: [] for k in ("leafrow", "litrow", "urow", "brow", "trow", "vrow", "nilrow", "consrow", "rankrow", "commutative", "mirror", "layoutop", "ew", "scalarbcast", "litint", "zerolit", "intop", "intwiden", "cmpop", "orop", "boolconv", "selectop", "gathershard", "maskfor", "dsliceat", "identlit", "falselit", "onelit", "fillop", "mulop", "addop", "prednefalse", "dotop", "sliceblock")}
+    rows["groupsize"] = [(spec.c,)]
     for d in range(8):
         rows.setdefault("kind-sh", []).append((f"s:{d}", d))
         rows.setdefault("kind-plain", []).append((f"s:{d}",))
@@ -166,6 +167,8 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
                 rows["mulop"].append((key,))
             if ins.opcode == "dot":
                 rows["dotop"].append((key,))
+            if ins.opcode == "slice":
+                rows["sliceblock"].extend(_slice_blocks(key, ins, opnd_shapes[0].dims))
             if ins.opcode == "add":
                 rows["addop"].append((key,))
             if ins.opcode == "compare" and ins.parsed.get("direction") == "NE" and opnd_shapes[0].dtype == "pred":
@@ -180,7 +183,7 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
                 tables.distributed(sig, ins, bool(groups_ok))
     _mask_tables(rows, g)
     rows.update({k: sorted(v, key=repr) for k, v in tables.rows.items()})
-    for k in ("fillop", "mulop", "addop", "prednefalse", "identlit", "litint", "zerolit", "intop", "intwiden", "cmpop", "orop", "boolconv", "selectop", "scalarbcast", "layoutop", "ew", "commutative"):
+    for k in ("sliceblock", "fillop", "mulop", "addop", "prednefalse", "identlit", "litint", "zerolit", "intop", "intwiden", "cmpop", "orop", "boolconv", "selectop", "scalarbcast", "layoutop", "ew", "commutative"):
         rows[k] = sorted(set(rows[k]), key=repr)
     g.rows = rows
     return g
@@ -224,6 +227,22 @@ def _check_supported(g: Graphs, side: str, ins: Instruction, module: Module) -> 
 
 def shape_of(s: Shape) -> str:
     return str(s)
+
+
+def _slice_blocks(key: str, ins: Instruction, src: tuple[int, ...]) -> list[tuple[object, ...]]:
+    """sliceblock rows: the slice takes exactly one block along one dim, whole extents elsewhere."""
+    sl = [tuple(x) for x in ins.parsed.get("slice", [])]
+    if len(sl) != len(src):
+        return []
+    cut = [d for d, (a, b, st) in enumerate(sl) if (a, b, st) != (0, src[d], 1)]
+    if len(cut) != 1:
+        return []
+    d = cut[0]
+    start, limit, stride = sl[d]
+    size = limit - start
+    if stride != 1 or size <= 0 or src[d] % size or start % size or src[d] // size > 62:
+        return []
+    return [(key, d, start // size, size, src[d] // size)]
 
 
 def _scalar_value(ins: Instruction) -> float | None:

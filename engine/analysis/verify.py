@@ -241,7 +241,7 @@ class Facts:
 
 
 def _read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
-    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped"])
+    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lr"])
     cls_of_value: dict[object, int] = {}
     classes: dict[int, int] = {}
     members: dict[int, list[int]] = {}
@@ -284,6 +284,11 @@ def _read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
         add_dist_only(xp, "rank", "input")
     for xp, a, b in tables["affine"]:
         add_dist_only(xp, f"rank-affine({a}*r{int(b):+d})", "slicing/rank-arithmetic")  # type: ignore[call-overload]
+    for z, x, d, _size, n, mask in tables["lr"]:
+        blocks = [str(e) for e in range(int(n)) if int(mask) >> e & 1]  # type: ignore[call-overload]
+        if x in cls_of_value:
+            x_name = "%" + g.nodes[members[cls_of_value[x]][0]].ins.name
+            add_dist_only(z, f"sum of blocks {{{','.join(blocks)}}} of {n} along dim {d} of {x_name}", "unroll/loop-reduce")
     for name in ("shifted", "below0", "abovew", "outside", "clamped"):
         for ids, xp, w in tables[name]:
             add(ids, xp, f"{name}(w={w})")
@@ -346,6 +351,8 @@ def _describe(g: Graphs, facts: Facts, gid: int) -> str:
     for f in fs[:3]:
         if f.relation == "rank":
             parts.append("the rank index")
+        elif f.baseline < 0:
+            parts.append(f.relation)
         else:
             bname = _baseline_name(g, facts, f.baseline)
             parts.append(f"{f.relation} of {bname}")
