@@ -21,6 +21,8 @@ CASES = [
     ("layout_baseline", "layout_bug_distributed", "layout_relations", "diverged", None),
     ("unroll_baseline", "unroll_distributed", "unroll_relations", "verified", "unroll/loop-reduce-covers-all-blocks"),
     ("unroll_baseline", "unroll_bug_distributed", "unroll_relations", "diverged", None),
+    ("kvcache_baseline", "kvcache_distributed", "kvcache_relations", "verified", "partition/concatenate-other-dim"),
+    ("kvcache_baseline", "kvcache_bug_distributed", "kvcache_relations", "diverged", None),
 ]
 
 

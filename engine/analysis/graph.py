@@ -179,6 +179,8 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
                     init_ins = g.nodes[operands[1]].ins
                     init = init_ins.literal if init_ins.opcode == "constant" else None
                 tables.baseline(sig, ins, init, block_specs)
+            elif ins.opcode == "collective-permute":
+                tables.permute(sig, ins, spec.groups)
             elif ins.opcode in COLLECTIVES:
                 tables.distributed(sig, ins, bool(groups_ok))
     _mask_tables(rows, g)

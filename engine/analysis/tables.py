@@ -141,6 +141,28 @@ class Tables:
                         self.add("moves2l", k, d, d, sig.with_dims([si, ins_dims[1]], so).key())
         elif op == "gather":
             self._gather(sig, k, ins, ins_dims, out)
+        elif op == "concatenate":
+            cat = (ins.parsed.get("dimensions") or [0])[0]
+            for d in range(len(out)):
+                if d != cat and all(x[d] == out[d] for x in ins_dims):
+                    so = scale(out, d, c)
+                    if so:
+                        self.add("catmoves", k, d, sig.with_dims([scale(x, d, c) or x for x in ins_dims], so).key())
+        elif op == "dynamic-slice":
+            sizes = list(ins.parsed.get("dynamic_slice_sizes", []))
+            for d in range(len(out)):
+                if d < len(sizes) and sizes[d] == ins_dims[0][d]:
+                    si, so = scale(ins_dims[0], d, c), scale(out, d, c)
+                    if si and so:
+                        new_sizes = list(sizes)
+                        new_sizes[d] = si[d]
+                        self.add("dsmoves", k, d, sig.with_dims([si, *ins_dims[1:]], so, dynamic_slice_sizes=new_sizes).key())
+        elif op == "dynamic-update-slice" and len(ins_dims) >= 2:
+            for d in range(len(out)):
+                if ins_dims[1][d] == ins_dims[0][d]:
+                    si, su = scale(ins_dims[0], d, c), scale(ins_dims[1], d, c)
+                    if si and su:
+                        self.add("dusmoves", k, d, sig.with_dims([si, su, *ins_dims[2:]], si).key())
 
     def _reshape(self, sig: Sig, k: str, src: Dims, out: Dims) -> None:
         # Block r along d of x is the contiguous run of flat indices
@@ -264,6 +286,12 @@ class Tables:
             self.add("allgather", k, dims[0])
         elif sig.opcode == "reduce-scatter" and len(dims) == 1 and reducer == "add":
             self.add("reducescatter", k, dims[0], "add")
+
+    def permute(self, sig: Sig, ins: Instruction, groups: list[list[int]]) -> None:
+        pairs = ins.parsed.get("source_target_pairs") or []
+        targets = {t for _, t in pairs}
+        if all(set(g) <= targets for g in groups) and len(targets) == len(pairs):
+            self.add("permuteall", sig.key())
 
 
 def _literal_value(text: str) -> str:
