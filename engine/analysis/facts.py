@@ -1,0 +1,137 @@
+"""Facts read back from the e-graph, indexed by distributed instruction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..relations import Binding, RelationSpec
+from .egg import Session
+from .graph import Graphs
+from .layouts import LayoutSolver
+
+
+@dataclass
+class Fact:
+    baseline: int
+    distributed: int
+    relation: str  # "duplicate", "sharded(dim=1)", "partial(add)", ...
+    rule: str = ""
+
+
+@dataclass
+class Facts:
+    # distributed gid -> list of (baseline gids, relation text, rule)
+    by_dist: dict[int, list[Fact]]
+    classes: dict[int, int]  # gid -> e-class number
+    members: dict[int, list[int]]  # e-class number -> gids
+
+
+def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
+    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lr"])
+    cls_of_value: dict[object, int] = {}
+    classes: dict[int, int] = {}
+    members: dict[int, list[int]] = {}
+    for gid, value in tables["N"]:
+        cid = cls_of_value.setdefault(value, len(cls_of_value))
+        classes[int(gid)] = cid  # type: ignore[arg-type]
+        members.setdefault(cid, []).append(int(gid))  # type: ignore[arg-type]
+    rules: dict[tuple[int, int], str] = {}
+    for x, xp, name in tables["via"]:
+        if x in cls_of_value and xp in cls_of_value:
+            rules.setdefault((cls_of_value[x], cls_of_value[xp]), str(name))
+    by_dist: dict[int, list[Fact]] = {}
+
+    def add(x: object, xp: object, text: str) -> None:
+        if x not in cls_of_value or xp not in cls_of_value:
+            return
+        cx, cxp = cls_of_value[x], cls_of_value[xp]
+        rule = rules.get((cx, cxp), "input")
+        for dg in members[cxp]:
+            if g.nodes[dg].side != "distributed":
+                continue
+            by_dist.setdefault(dg, []).append(Fact(cx, dg, text, rule))
+
+    for x, xp in tables["dup"]:
+        add(x, xp, "duplicate")
+    for x, xp, d, s in tables["sharded"]:
+        add(x, xp, f"sharded(dim={d}, blocks=[{s}])" if s else f"sharded(dim={d})")
+    for x, xp, op in tables["partial"]:
+        add(x, xp, f"partial({op})")
+    for x, xp, lkey, kind in tables["layout"]:
+        if lkey != "id":
+            add(x, xp, f"layout({kind}, bijection=[{', '.join(solver.describe(str(lkey)))}])")
+    def add_dist_only(xp: object, text: str, rule: str) -> None:
+        if xp in cls_of_value:
+            for dg in members[cls_of_value[xp]]:
+                if g.nodes[dg].side == "distributed":
+                    by_dist.setdefault(dg, []).append(Fact(-1, dg, text, rule))
+
+    for (xp,) in tables["rank"]:
+        add_dist_only(xp, "rank", "input")
+    for xp, a, b in tables["affine"]:
+        add_dist_only(xp, f"rank-affine({a}*r{int(b):+d})", "slicing/rank-arithmetic")  # type: ignore[call-overload]
+    for z, x, d, _size, n, mask in tables["lr"]:
+        blocks = [str(e) for e in range(int(n)) if int(mask) >> e & 1]  # type: ignore[call-overload]
+        if x in cls_of_value:
+            x_name = "%" + g.nodes[members[cls_of_value[x]][0]].ins.name
+            add_dist_only(z, f"sum of blocks {{{','.join(blocks)}}} of {n} along dim {d} of {x_name}", "unroll/loop-reduce")
+    for name in ("shifted", "below0", "abovew", "outside", "clamped"):
+        for ids, xp, w in tables[name]:
+            add(ids, xp, f"{name}(w={w})")
+    return Facts(by_dist, classes, members)
+
+
+def expected_text(b: Binding) -> str:
+    r = b.relation
+    if r.kind == "duplicate":
+        return "duplicate"
+    if r.kind == "sharded":
+        return f"sharded(dim={r.dim}, blocks=[{','.join(map(str, r.blocks))}])" if r.blocks else f"sharded(dim={r.dim})"
+    return f"partial({r.op})"
+
+
+def related(facts: Facts, gid: int) -> bool:
+    return bool(facts.by_dist.get(gid))
+
+
+def describe(g: Graphs, facts: Facts, gid: int) -> str:
+    fs = facts.by_dist.get(gid, [])
+    if not fs:
+        return "unrelated"
+    parts = []
+    for f in fs[:3]:
+        if f.relation == "rank":
+            parts.append("the rank index")
+        elif f.baseline < 0:
+            parts.append(f.relation)
+        else:
+            bname = baseline_name(g, facts, f.baseline)
+            parts.append(f"{f.relation} of {bname}")
+    return "; ".join(parts)
+
+
+def baseline_name(g: Graphs, facts: Facts, cls: int) -> str:
+    for gid in facts.members.get(cls, []):
+        if g.nodes[gid].side == "baseline":
+            return "%" + g.nodes[gid].ins.name
+    for gid in facts.members.get(cls, []):
+        ins = g.nodes[gid].ins
+        if ins.opcode == "constant":
+            return f"constant {ins.literal}"
+    return "a rank-independent value"
+
+
+def group_text(spec: RelationSpec) -> str:
+    return "{" + ",".join(map(str, spec.groups[0])) + "}" if len(spec.groups) == 1 else str(spec.groups)
+
+
+def ancestors(g: Graphs, roots: list[int]) -> set[int]:
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        stack.extend(g.nodes[n].operands)
+    return seen

@@ -1,0 +1,76 @@
+"""Resolve the relations file's parameters in both graphs and check their shapes."""
+
+from __future__ import annotations
+
+from ..errors import InputError
+from ..ir import Instruction, Module
+from ..relations import Binding, RelationSpec
+
+
+def param(module: Module, ref: int | str, key: str, side: str, path: str) -> Instruction:
+    params = module.entry.parameters
+    for p in params:
+        if (isinstance(ref, int) and p.parameter_number == ref) or (isinstance(ref, str) and p.name.lstrip("%") == ref.lstrip("%")):
+            return p
+    have = ", ".join(f"{p.parameter_number}:{p.name} {p.shape}" for p in params)
+    raise InputError(path, f"{key}.{side}", f"no parameter {ref!r} in the {side} entry computation (it has {have})")
+
+
+def outputs(module: Module) -> list[Instruction]:
+    root = module.entry.root
+    if root.opcode == "tuple":
+        return [module.entry[o] for o in root.operands]
+    return [root]
+
+
+def check_inputs(spec: RelationSpec, base: Module, dist: Module) -> tuple[list[tuple[Binding, Instruction | None, Instruction]], set[str]]:
+    """Resolve and shape-check every input binding; every distributed parameter needs one."""
+    c = spec.c
+    bound: list[tuple[Binding, Instruction | None, Instruction]] = []
+    rank_params: set[str] = set()
+    seen: dict[str, str] = {}
+    for b in spec.inputs:
+        assert b.distributed is not None
+        dp = param(dist, b.distributed, b.key, "distributed", spec.path)
+        if dp.name in seen:
+            raise InputError(spec.path, b.key, f"distributed parameter {dp.name} is already bound by {seen[dp.name]}")
+        seen[dp.name] = b.key
+        bp = None
+        rel = b.relation
+        if rel.kind == "rank":
+            if dp.shape.dims != () or dp.shape.dtype not in ("s32", "u32", "s64", "u64"):
+                raise InputError(spec.path, b.key, f"a rank input must be an s32[]/u32[] scalar, {dp.name} is {dp.shape}")
+            rank_params.add(dp.name)
+        elif rel.kind == "token":
+            # A token is a leaf with no relation: anything computed from it stays unrelated.
+            pass
+        else:
+            assert b.baseline is not None
+            bp = param(base, b.baseline, b.key, "baseline", spec.path)
+            _check_shapes(spec.path, b, bp, dp, c)
+        bound.append((b, bp, dp))
+    missing = [p for p in dist.entry.parameters if p.name not in seen]
+    if missing:
+        p = missing[0]
+        raise InputError(spec.path, "inputs", f"distributed parameter {p.parameter_number} ({p.name}: {p.shape}) has no relation; say how it relates to the baseline (duplicate, sharded, partial or rank)")
+    return bound, rank_params
+
+
+def _check_shapes(path: str, b: Binding, bp: Instruction, dp: Instruction, c: int) -> None:
+    rel = b.relation
+    bs, ds = bp.shape, dp.shape
+    if bs.dtype != ds.dtype:
+        raise InputError(path, b.key, f"element types differ: baseline {bp.name} is {bs}, distributed {dp.name} is {ds}")
+    expect = list(bs.dims)
+    if rel.kind == "sharded":
+        d = rel.dim or 0
+        if d >= len(expect):
+            raise InputError(path, f"{b.key}.dim", f"dim {d} is out of range for {bp.name}: {bs}")
+        if rel.blocks:
+            if sum(rel.blocks) != expect[d] or any(x % c for x in rel.blocks):
+                raise InputError(path, f"{b.key}.blocks", f"blocks {list(rel.blocks)} must sum to {expect[d]} and each divide by c={c}")
+        elif expect[d] % c:
+            raise InputError(path, f"{b.key}.dim", f"dim {d} of {bs} does not divide by c={c}")
+        expect[d] //= c
+    if list(ds.dims) != expect:
+        raise InputError(path, b.key, f"distributed {dp.name} is {ds}, but {rel.describe()} of baseline {bp.name} ({bs}) needs {bs.dtype}[{','.join(map(str, expect))}]")

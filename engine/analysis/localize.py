@@ -1,0 +1,206 @@
+"""Localization: the frontier of unrelated distributed instructions, their causes in plain words,
+and the relation trace of each output."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..ir import Instruction
+from ..relations import RelationSpec
+from ..sourcemap import SourceMap, from_metadata
+from .facts import Facts, ancestors, baseline_name, describe, group_text, related
+from .graph import Graphs, Node
+from .ops import COLLECTIVES
+
+RANK_FAMILY = ("rank", "shifted", "below0", "abovew", "outside", "clamped")
+
+
+def localize(spec: RelationSpec, g: Graphs, facts: Facts, outputs: list[dict[str, Any]], douts: list[Instruction], sm: SourceMap) -> list[dict[str, Any]]:
+    dist_nodes = [n for n in g.nodes if n.side == "distributed"]
+    live = ancestors(g, [g.node("distributed", douts[o["index"]].name).gid for o in outputs if not o["ok"]])
+    out: list[dict[str, Any]] = []
+    for n in dist_nodes:
+        if n.gid not in live or related(facts, n.gid) or n.ins.opcode in ("parameter", "tuple"):
+            continue
+        if all(related(facts, o) for o in n.operands):
+            out.append(_divergence(spec, g, facts, n, sm))
+    out = [_blame_layout(spec, g, facts, d, sm) for d in out]
+    if not out:
+        # Every distributed instruction relates to something, but an output has the wrong
+        # relation (e.g. still a partial sum): blame the output instruction itself.
+        for o in outputs:
+            if o["ok"]:
+                continue
+            n = g.node("distributed", o["distributed"].lstrip("%"))
+            origin = _layout_origin(g, facts, n.gid)
+            if origin is not None:
+                d = _divergence(spec, g, facts, g.nodes[origin], sm)
+                d["cause"] = _layout_cause(g, facts, origin, f"output {o['index']}")
+                out.append(d)
+                continue
+            d = _divergence(spec, g, facts, n, sm)
+            found = ", ".join(o["found"]) or "nothing"
+            d["cause"] = f"output {o['index']} is {found} but must be {o['expected']} of {o['baseline']}"
+            if any(f.startswith("partial") for f in o["found"]):
+                d["cause"] += f": a reduction over ranks {group_text(spec)} is missing before the output"
+            out.append(d)
+    return out
+
+
+def _layout_only(facts: Facts, gid: int) -> bool:
+    fs = facts.by_dist.get(gid, [])
+    return bool(fs) and all(f.relation.startswith("layout(") for f in fs)
+
+
+def _layout_origin(g: Graphs, facts: Facts, gid: int) -> int | None:
+    """The distributed instruction where a non-identity layout entered: its operands relate
+    plainly (dup, sharded, partial) but it relates to the baseline only through a bijection."""
+    if not _layout_only(facts, gid):
+        return None
+    seen: set[int] = set()
+    while gid not in seen:
+        seen.add(gid)
+        carried = [o for o in g.nodes[gid].operands if _layout_only(facts, o)]
+        if not carried:
+            return gid
+        gid = carried[0]
+    return gid
+
+
+def _layout_cause(g: Graphs, facts: Facts, origin: int, what: str) -> str:
+    n = g.nodes[origin]
+    bij = next((f.relation for f in facts.by_dist.get(origin, []) if f.relation.startswith("layout(")), "")
+    return (
+        f"this {n.ins.opcode} to {n.ins.shape} puts elements in a different order than the baseline: "
+        f"it relates only through {bij}, which no later step undoes, so {what} does not match "
+        "(an axis is split, merged or transposed differently)"
+    )
+
+
+def _blame_layout(spec: RelationSpec, g: Graphs, facts: Facts, d: dict[str, Any], sm: SourceMap) -> dict[str, Any]:
+    """A frontier whose operand carries an unresolved bijection is caused where it entered."""
+    n = g.node("distributed", d["instruction"].lstrip("%"))
+    if any("partial" in x["relation"] for x in d["operands"]):
+        return d
+    if n.ins.opcode in ("reshape", "transpose"):
+        carried = [o for o in n.operands if _layout_only(facts, o)]
+        if carried:
+            bij = next(f.relation for f in facts.by_dist[carried[0]] if f.relation.startswith("layout("))
+            d["cause"] = (
+                f"no reshape/transpose bijection maps this {n.ins.opcode} to the baseline: its operand "
+                f"%{g.nodes[carried[0]].ins.name} matches the baseline only through {bij}, and this "
+                f"{n.ins.opcode} to {n.ins.shape} regroups axes across that order (e.g. (s·b, h) read as (b, s, h))"
+            )
+        return d
+    for o in n.operands:
+        origin = _layout_origin(g, facts, o)
+        if origin is not None:
+            blamed = _divergence(spec, g, facts, g.nodes[origin], sm)
+            blamed["cause"] = _layout_cause(g, facts, origin, f"{d['instruction']} ({d['opcode']})")
+            blamed["frontier"] = d["instruction"]
+            return blamed
+    return d
+
+
+def _divergence(spec: RelationSpec, g: Graphs, facts: Facts, n: Node, sm: SourceMap) -> dict[str, Any]:
+    src = sm.source(n.ins) if sm else from_metadata(n.ins)
+    return {
+        "instruction": "%" + n.ins.name,
+        "opcode": n.ins.opcode,
+        "shape": str(n.ins.shape),
+        "source": {"file": src.file, "line": src.line, "function": src.function},
+        "op_name": sm.op_name(n.ins),
+        "hlo_line": n.ins.loc.line if n.ins.loc else None,
+        "cause": _cause(spec, g, facts, n),
+        "operands": [{"instruction": "%" + g.nodes[o].ins.name, "relation": describe(g, facts, o)} for o in n.operands],
+    }
+
+
+def _cause(spec: RelationSpec, g: Graphs, facts: Facts, n: Node) -> str:
+    ins = n.ins
+    group = group_text(spec)
+    rels = {o: [f.relation for f in facts.by_dist.get(o, [])] for o in n.operands}
+
+    def name(o: int) -> str:
+        return "%" + g.nodes[o].ins.name
+
+    if ins.opcode in COLLECTIVES:
+        groups = ins.parsed.get("replica_groups")
+        if n.sig is not None and "groups=G" not in n.sig.key():
+            return f"{ins.opcode} over replica groups {groups} does not match the sharding group {spec.groups}: it reduces or gathers the wrong ranks"
+        if ins.opcode == "all-reduce" and ins.parsed.get("reducer") == "add":
+            for o, rs in rels.items():
+                if "duplicate" in rs:
+                    return f"operand {name(o)} is already identical on every rank: this all-reduce(add) over {group} sums {spec.c} copies (redundant all-reduce)"
+                if any(r.startswith("sharded") for r in rs):
+                    return f"operand {name(o)} is sharded, not a partial sum: all-reduce(add) adds different blocks together (an all-gather was expected)"
+        return f"no rule relates this {ins.opcode} to the baseline; operands: " + ", ".join(f"{name(o)} is {describe(g, facts, o)}" for o in n.operands)
+    for o, rs in rels.items():
+        for r in rs:
+            if r.startswith("partial"):
+                op = r[len("partial(") : -1]
+                return f"operand {name(o)} is a partial {'sum' if op == 'add' else op} over ranks {group}: a reduction (all-reduce) is missing before this {ins.opcode}"
+    for o in n.operands:
+        c = _dist_only_constant(g, facts, o)
+        if c is not None:
+            via = "" if c == o else f" (through {name(o)})"
+            return f"constant {name(c)} = {g.nodes[c].ins.literal}{via} has no counterpart in the baseline graph: a constant differs from the baseline"
+    described = ", ".join(f"{name(o)} is {describe(g, facts, o)}" for o in n.operands)
+    if any(_rank_dependent(r) for rs in rels.values() for r in rs):
+        return f"this {ins.opcode} on rank-dependent values does not select exactly this rank's block (check offsets and bounds); operands: {described}"
+    counterpart = _baseline_counterpart(g, facts, n)
+    if counterpart is not None:
+        return f"the baseline computes {counterpart} from the corresponding operands; this {ins.opcode} computes {ins.shape} with different attributes (e.g. a different dtype, shape, offset or axis order)"
+    return f"no baseline instruction matches this {ins.opcode} ({ins.shape}); operands: {described}"
+
+
+def _rank_dependent(relation: str) -> bool:
+    if relation.startswith("rank-affine("):
+        return not relation.startswith("rank-affine(0*")
+    return relation.startswith(RANK_FAMILY)
+
+
+def _has_baseline(g: Graphs, facts: Facts, cls: int) -> bool:
+    return any(g.nodes[m].side == "baseline" for m in facts.members.get(cls, []))
+
+
+def _dist_only_constant(g: Graphs, facts: Facts, gid: int) -> int | None:
+    """A constant feeding gid whose value the baseline never has, when gid's only partners are
+    such rank-independent values."""
+    fs = facts.by_dist.get(gid, [])
+    if not fs or any(f.baseline < 0 or _has_baseline(g, facts, f.baseline) for f in fs):
+        return None
+    for a in sorted(ancestors(g, [gid]), reverse=True):
+        n = g.nodes[a]
+        if n.ins.opcode == "constant" and not _has_baseline(g, facts, facts.classes.get(a, -1)):
+            return a
+    return None
+
+
+def _baseline_counterpart(g: Graphs, facts: Facts, n: Node) -> str | None:
+    """A baseline instruction consuming the baseline partners of n's operands, if any."""
+    partners: set[int] = set()
+    for o in n.operands:
+        for f in facts.by_dist.get(o, []):
+            partners.update(m for m in facts.members.get(f.baseline, []) if g.nodes[m].side == "baseline")
+    for b in g.nodes:
+        if b.side == "baseline" and b.operands and any(o in partners for o in b.operands) and b.ins.opcode == n.ins.opcode:
+            return f"%{b.ins.name} = {b.ins.shape} {b.ins.opcode}"
+    return None
+
+
+def trace(g: Graphs, facts: Facts, out: Node, sm: SourceMap) -> list[dict[str, Any]]:
+    """The related distributed ancestors of an output, inputs first: fact, rule, instruction pair."""
+    order = sorted(ancestors(g, [out.gid]))
+    steps = []
+    for gid in order:
+        n = g.nodes[gid]
+        for f in facts.by_dist.get(gid, [])[:2]:
+            steps.append({
+                "distributed": "%" + n.ins.name,
+                "baseline": baseline_name(g, facts, f.baseline) if f.baseline >= 0 else None,
+                "relation": f.relation,
+                "rule": f.rule,
+                "source": str(sm.source(n.ins)),
+            })
+    return steps
