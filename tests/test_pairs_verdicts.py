@@ -60,3 +60,18 @@ def test_numeric_oracle_agrees_with_the_verdict(name: str) -> None:
         assert all(equal), f"{name}: verified by the rules but the oracle sees a difference"
     else:
         assert not all(equal), f"{name}: a bug pair the oracle cannot tell apart"
+
+
+def test_layout_pair_reports_the_inferred_bijections() -> None:
+    _, result = _load("layout_bijection_tp4")
+    ops = [b["ops"] for b in result.bijections]
+    # The ranks work on (s·b, h) rows, the baseline on (b·s, h): s=8, b=3, h=48.
+    assert ["reshape(8,3,48)", "transpose(1,0,2)", "reshape(24,48)"] in ops
+    steps = {s["rule"] for t in result.trace for s in t["steps"]}
+    assert {"layout/distributed-step", "layout/dot-rows-relabeled"} <= steps
+
+
+def test_bsh_bug_names_the_bijection_it_could_not_extend() -> None:
+    _, result = _load("bug_bsh_layout")
+    (d,) = [d for d in result.divergences if d["opcode"] == "reshape"]
+    assert "transpose(1,0,2)" in d["cause"] and "(s·b, h) read as (b, s, h)" in d["cause"]

@@ -24,6 +24,7 @@ class Facts:
     by_dist: dict[int, list[Fact]]
     classes: dict[int, int]  # gid -> e-class number
     members: dict[int, list[int]]  # e-class number -> gids
+    bijections: list[dict[str, object]]  # every non-identity layout relating a pair
 
 
 def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
@@ -57,9 +58,15 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
         add(x, xp, f"sharded(dim={d}, blocks=[{s}])" if s else f"sharded(dim={d})")
     for x, xp, op in tables["partial"]:
         add(x, xp, f"partial({op})")
+    bijections: list[dict[str, object]] = []
     for x, xp, lkey, kind in tables["layout"]:
-        if lkey != "id":
-            add(x, xp, f"layout({kind}, bijection=[{', '.join(solver.describe(str(lkey)))}])")
+        if lkey != "id" and x in cls_of_value and xp in cls_of_value:
+            ops = solver.describe(str(lkey))
+            add(x, xp, f"layout({kind}, bijection=[{', '.join(ops)}])")
+            bnames = [g.nodes[m].ins.name for m in members[cls_of_value[x]] if g.nodes[m].side == "baseline"]
+            dnames = [g.nodes[m].ins.name for m in members[cls_of_value[xp]] if g.nodes[m].side == "distributed"]
+            if bnames and dnames:
+                bijections.append({"baseline": "%" + bnames[0], "distributed": "%" + dnames[0], "relation": kind, "ops": ops, "key": str(lkey)})
     def add_dist_only(xp: object, text: str, rule: str) -> None:
         if xp in cls_of_value:
             for dg in members[cls_of_value[xp]]:
@@ -78,7 +85,8 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
     for name in ("shifted", "below0", "abovew", "outside", "clamped"):
         for ids, xp, w in tables[name]:
             add(ids, xp, f"{name}(w={w})")
-    return Facts(by_dist, classes, members)
+    bijections.sort(key=lambda b: (str(b["distributed"]), str(b["baseline"])))
+    return Facts(by_dist, classes, members, bijections)
 
 
 def expected_text(b: Binding) -> str:

@@ -114,6 +114,7 @@ def verify(spec: RelationSpec, baseline: Module, distributed: Module, sourcemap:
     finally:
         session.close()
     res = _decide(spec, g, facts, bouts, douts, sm, stats.saturated)
+    res.bijections = facts.bijections
     res.stats = {"iterations": stats.iterations, "saturated": stats.saturated, "baseline_instructions": len(base.entry.instructions), "distributed_instructions": len(dist.entry.instructions)}
     timings["localize"] = time.perf_counter() - t
     res.timings = timings
