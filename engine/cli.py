@@ -54,6 +54,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--timeout", type=float, default=120.0, help="saturation time budget in seconds")
     c.add_argument("--timings", action="store_true", help="print a time breakdown to stderr")
     c.set_defaults(func=_check)
+    # Later stages of the flow register their own subcommands (build/run: front end;
+    # report/github: the bot). Each module exposes register(subparsers); imports stay light.
+    import importlib
+
+    for module in ("shardproof.engine.frontend.commands", "shardproof.bot.commands"):
+        try:
+            importlib.import_module(module).register(sub)
+        except ModuleNotFoundError as e:
+            if e.name != module:
+                raise
     return p
 
 

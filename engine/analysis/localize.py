@@ -44,6 +44,10 @@ def localize(spec: RelationSpec, g: Graphs, facts: Facts, outputs: list[dict[str
             if any(f.startswith("partial") for f in o["found"]):
                 d["cause"] += f": a reduction over ranks {group_text(spec)} is missing before the output"
             out.append(d)
+    # Which failing outputs each divergence feeds (the report attaches those outputs' traces).
+    for d in out:
+        gid = g.node("distributed", d["instruction"].lstrip("%")).gid
+        d["outputs"] = [o["index"] for o in outputs if not o["ok"] and gid in ancestors(g, [g.node("distributed", o["distributed"].lstrip("%")).gid])]
     return out
 
 
@@ -112,6 +116,7 @@ def _divergence(spec: RelationSpec, g: Graphs, facts: Facts, n: Node, sm: Source
         "op_name": sm.op_name(n.ins),
         "hlo_line": n.ins.loc.line if n.ins.loc else None,
         "cause": _cause(spec, g, facts, n),
+        "baseline_counterpart": _baseline_counterpart(g, facts, n),
         "operands": [{"instruction": "%" + g.nodes[o].ins.name, "relation": describe(g, facts, o)} for o in n.operands],
     }
 
