@@ -23,7 +23,8 @@ def _check(args: argparse.Namespace) -> int:
     base = parse_hlo_file(args.baseline)
     dist = parse_hlo_file(args.distributed)
     sm = SourceMap.load(args.sourcemap) if args.sourcemap else None
-    result = verify(spec, base, dist, sm, Budget(args.max_iterations, args.timeout))
+    budget = Budget(args.max_iterations, args.timeout, partition=not args.no_partition, layer_pattern=args.layer_pattern)
+    result = verify(spec, base, dist, sm, budget)
     doc = result.to_json()
     doc["inputs"] = {"baseline": str(args.baseline), "distributed": str(args.distributed), "relations": str(args.relations)}
     if args.json:
@@ -53,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--max-iterations", type=int, default=400, help="rewrite iteration budget (default 400)")
     c.add_argument("--timeout", type=float, default=120.0, help="saturation time budget in seconds")
     c.add_argument("--timings", action="store_true", help="print a time breakdown to stderr")
+    c.add_argument("--no-partition", action="store_true", help="one e-graph for the whole pair instead of one per layer")
+    c.add_argument("--layer-pattern", help="regex whose group 1 is the layer number in op_name (default: layers.N, layers_N, blocks.N, h.N)")
     c.set_defaults(func=_check)
     # Later stages of the flow register their own subcommands (build/run: front end;
     # report/github: the bot). Each module exposes register(subparsers); imports stay light.

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shardproof.engine.analysis.verify import verify
+from shardproof.engine.analysis.verify import Budget, verify
 from shardproof.engine.hlo.parser import parse_hlo_file
 from shardproof.engine.relations import load_relations
 from shardproof.engine.sourcemap import SourceMap
@@ -75,3 +75,31 @@ def test_bsh_bug_names_the_bijection_it_could_not_extend() -> None:
     _, result = _load("bug_bsh_layout")
     (d,) = [d for d in result.divergences if d["opcode"] == "reshape"]
     assert "transpose(1,0,2)" in d["cause"] and "(s·b, h) read as (b, s, h)" in d["cause"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_partitioned_and_whole_graph_agree(name: str) -> None:
+    d = PAIRS / name
+    args = (load_relations(d / "relations.yaml"), parse_hlo_file(d / "baseline.hlo"), parse_hlo_file(d / "distributed.hlo"), SourceMap.load(d / "sourcemap.json"))
+    cut = verify(*args, budget=Budget(partition=True))
+    whole = verify(*args, budget=Budget(partition=False))
+    assert cut.verdict == whole.verdict
+    assert sorted((x["source"]["file"], x["source"]["line"]) for x in cut.divergences) == sorted((x["source"]["file"], x["source"]["line"]) for x in whole.divergences)
+
+
+def test_layered_pair_is_cut_and_the_repeated_layer_proven_once() -> None:
+    _, result = _load("deep_mlp_tp4")
+    assert result.verdict == "verified"
+    assert result.stats["segments"] == 8
+    assert result.stats["segments_proven"] == 2 and result.stats["segments_reused"] == 6
+
+
+def test_fingerprint_collisions_cannot_reuse_a_wrong_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every segment gets the same fingerprint; the memo must still tell the buggy layer apart.
+    from shardproof.engine.analysis import partition
+
+    monkeypatch.setattr(partition, "fingerprint", lambda text: "collide")
+    expect, result = _load("bug_deep_mlp_late_layer")
+    assert result.verdict == "diverged"
+    assert {(d["source"]["file"], d["source"]["line"]) for d in result.divergences} == {(expect["bug_site"]["file"], expect["bug_site"]["line"])}
+    assert {s["fingerprint"] for s in result.stats["segment_report"]} == {"collide"}

@@ -16,6 +16,9 @@ class Fact:
     distributed: int
     relation: str  # "duplicate", "sharded(dim=1)", "partial(add)", ...
     rule: str = ""
+    # The egglog fact that re-asserts this relation in another e-graph, with {b} and {d} for the
+    # baseline and distributed handles (None: not carried across a partition boundary).
+    seed: str | None = None
 
 
 @dataclass
@@ -42,7 +45,7 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
             rules.setdefault((cls_of_value[x], cls_of_value[xp]), str(name))
     by_dist: dict[int, list[Fact]] = {}
 
-    def add(x: object, xp: object, text: str) -> None:
+    def add(x: object, xp: object, text: str, seed: str | None = None) -> None:
         if x not in cls_of_value or xp not in cls_of_value:
             return
         cx, cxp = cls_of_value[x], cls_of_value[xp]
@@ -50,33 +53,33 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
         for dg in members[cxp]:
             if g.nodes[dg].side != "distributed":
                 continue
-            by_dist.setdefault(dg, []).append(Fact(cx, dg, text, rule))
+            by_dist.setdefault(dg, []).append(Fact(cx, dg, text, rule, seed))
 
     for x, xp in tables["dup"]:
-        add(x, xp, "duplicate")
+        add(x, xp, "duplicate", "(dup {b} {d})")
     for x, xp, d, s in tables["sharded"]:
-        add(x, xp, f"sharded(dim={d}, blocks=[{s}])" if s else f"sharded(dim={d})")
+        add(x, xp, f"sharded(dim={d}, blocks=[{s}])" if s else f"sharded(dim={d})", f'(sharded {{b}} {{d}} {d} "{s}")')
     for x, xp, op in tables["partial"]:
-        add(x, xp, f"partial({op})")
+        add(x, xp, f"partial({op})", f'(partial {{b}} {{d}} "{op}")')
     bijections: list[dict[str, object]] = []
     for x, xp, lkey, kind in tables["layout"]:
         if lkey != "id" and x in cls_of_value and xp in cls_of_value:
             ops = solver.describe(str(lkey))
-            add(x, xp, f"layout({kind}, bijection=[{', '.join(ops)}])")
-            bnames = [g.nodes[m].ins.name for m in members[cls_of_value[x]] if g.nodes[m].side == "baseline"]
-            dnames = [g.nodes[m].ins.name for m in members[cls_of_value[xp]] if g.nodes[m].side == "distributed"]
-            if bnames and dnames:
-                bijections.append({"baseline": "%" + bnames[0], "distributed": "%" + dnames[0], "relation": kind, "ops": ops, "key": str(lkey)})
-    def add_dist_only(xp: object, text: str, rule: str) -> None:
+            add(x, xp, f"layout({kind}, bijection=[{', '.join(ops)}])", f'(layout {{b}} {{d}} "{lkey}" "{kind}")')
+            bs = [m for m in members[cls_of_value[x]] if g.nodes[m].side == "baseline"]
+            ds = [m for m in members[cls_of_value[xp]] if g.nodes[m].side == "distributed"]
+            if bs and ds:
+                bijections.append({"baseline": "%" + g.nodes[bs[0]].ins.name, "distributed": "%" + g.nodes[ds[0]].ins.name, "relation": kind, "ops": ops, "key": str(lkey), "gids": (bs[0], ds[0])})
+    def add_dist_only(xp: object, text: str, rule: str, seed: str | None = None) -> None:
         if xp in cls_of_value:
             for dg in members[cls_of_value[xp]]:
                 if g.nodes[dg].side == "distributed":
-                    by_dist.setdefault(dg, []).append(Fact(-1, dg, text, rule))
+                    by_dist.setdefault(dg, []).append(Fact(-1, dg, text, rule, seed))
 
     for (xp,) in tables["rank"]:
-        add_dist_only(xp, "rank", "input")
+        add_dist_only(xp, "rank", "input", "(rank {d})")
     for xp, a, b in tables["affine"]:
-        add_dist_only(xp, f"rank-affine({a}*r{int(b):+d})", "slicing/rank-arithmetic")  # type: ignore[call-overload]
+        add_dist_only(xp, f"rank-affine({a}*r{int(b):+d})", "slicing/rank-arithmetic", f"(affine {{d}} {a} {b})")  # type: ignore[call-overload]
     for z, x, d, _size, n, mask in tables["lr"]:
         blocks = [str(e) for e in range(int(n)) if int(mask) >> e & 1]  # type: ignore[call-overload]
         if x in cls_of_value:
@@ -87,6 +90,10 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
             add(ids, xp, f"{name}(w={w})")
     bijections.sort(key=lambda b: (str(b["distributed"]), str(b["baseline"])))
     return Facts(by_dist, classes, members, bijections)
+
+
+def public_bijections(bijections: list[dict[str, object]]) -> list[dict[str, object]]:
+    return [{k: v for k, v in b.items() if k != "gids"} for b in bijections]
 
 
 def expected_text(b: Binding) -> str:

@@ -10,14 +10,16 @@ from ..errors import InputError
 from ..hlo.normalize import normalize
 from ..hlo.shapecheck import check_module
 from ..ir import Instruction, Module
-from ..relations import RelationSpec
+from ..relations import Binding, RelationSpec
 from ..sourcemap import SourceMap
+from . import partition
 from .egg import RunStats, Session
-from .facts import Facts, expected_text, read_facts
-from .graph import Graphs, build
+from .facts import Fact, Facts, expected_text, public_bijections, read_facts
+from .graph import Graphs, Node, build
 from .inputs import check_inputs, outputs, param
 from .layouts import LayoutSolver
 from .localize import localize, trace
+from .partition import Segment, canonical, plan, sub_module
 
 VERIFIED, DIVERGED, UNSUPPORTED, INCONCLUSIVE = "verified", "diverged", "unsupported", "inconclusive"
 # Opcodes whose rules cover only some uses; an unrelated one is not evidence of a bug.
@@ -26,9 +28,11 @@ PARTIAL_RULES = frozenset({"all-to-all", "collective-permute", "reverse", "scatt
 
 @dataclass
 class Budget:
-    max_iterations: int = 400
-    seconds: float = 120.0
+    max_iterations: int = 400  # per e-graph (per segment when partitioned)
+    seconds: float = 120.0  # per e-graph
     layout_rounds: int = 32
+    partition: bool = True  # cut at layer boundaries when both graphs name their layers
+    layer_pattern: str | None = None  # regex with one group: the layer number in op_name
 
 
 @dataclass
@@ -87,38 +91,130 @@ def verify(spec: RelationSpec, baseline: Module, distributed: Module, sourcemap:
         return res
 
     t = time.perf_counter()
+    solver = LayoutSolver(spec.c)
+    segments = plan(base, dist, lambda i: i.metadata.op_name, sm.op_name, budget.layer_pattern) if budget.partition else None
+    if segments:
+        facts, stats, seg_stats = _solve_segments(spec, g, base, dist, segments, bound, rank_params, solver, budget)
+    else:
+        facts, stats = _solve(g, _input_seeds(g, bound), solver, budget)
+        seg_stats = {"segments": 1}
+    timings["saturate"] = time.perf_counter() - t
+    t = time.perf_counter()
+    res = _decide(spec, g, facts, bouts, douts, sm, stats.saturated)
+    res.bijections = public_bijections(facts.bijections)
+    res.stats = {**seg_stats, "iterations": stats.iterations, "saturated": stats.saturated, "baseline_instructions": len(base.entry.instructions), "distributed_instructions": len(dist.entry.instructions)}
+    timings["localize"] = time.perf_counter() - t
+    res.timings = timings
+    return res
+
+
+def _input_seeds(g: Graphs, bound: list[tuple[Binding, Instruction | None, Instruction]]) -> list[str]:
+    """Facts the relations file states about parameters present in g."""
+    seeds = []
+    for b, bp, dp in bound:
+        if bp is None or ("baseline", bp.name) not in g.by_name or ("distributed", dp.name) not in g.by_name:
+            continue
+        bg, dg = g.by_name[("baseline", bp.name)], g.by_name[("distributed", dp.name)]
+        rel = b.relation
+        if rel.kind == "duplicate":
+            seeds.append(f"(dup (N {bg}) (N {dg}))")
+        elif rel.kind == "sharded":
+            seeds.append(f'(sharded (N {bg}) (N {dg}) {rel.dim} "{",".join(map(str, rel.blocks))}")')
+        elif rel.kind == "partial":
+            seeds.append(f'(partial (N {bg}) (N {dg}) "{rel.op}")')
+    return seeds
+
+
+def _solve(g: Graphs, seeds: list[str], solver: LayoutSolver, budget: Budget) -> tuple[Facts, RunStats]:
+    """One e-graph: load g's rows and the seeds, saturate, read the facts back."""
     session = Session()
     try:
         for table, rows in g.rows.items():
             session.load(table, rows)
-        for b, bp, dp in bound:
-            dg = g.by_name[("distributed", dp.name)]
-            if bp is None:
-                continue
-            bg = g.by_name[("baseline", bp.name)]
-            rel = b.relation
-            if rel.kind == "duplicate":
-                session.command(f"(dup (N {bg}) (N {dg}))")
-            elif rel.kind == "sharded":
-                spec_txt = ",".join(map(str, rel.blocks))
-                session.command(f'(sharded (N {bg}) (N {dg}) {rel.dim} "{spec_txt}")')
-            elif rel.kind == "partial":
-                session.command(f'(partial (N {bg}) (N {dg}) "{rel.op}")')
-        timings["load"] = time.perf_counter() - t
-        t = time.perf_counter()
-        solver = LayoutSolver(spec.c)
+        for seed in seeds:
+            session.command(seed)
         stats = _saturate(session, g, solver, budget)
-        timings["saturate"] = time.perf_counter() - t
-        t = time.perf_counter()
-        facts = read_facts(session, g, solver)
+        return read_facts(session, g, solver), stats
     finally:
         session.close()
-    res = _decide(spec, g, facts, bouts, douts, sm, stats.saturated)
-    res.bijections = facts.bijections
-    res.stats = {"iterations": stats.iterations, "saturated": stats.saturated, "baseline_instructions": len(base.entry.instructions), "distributed_instructions": len(dist.entry.instructions)}
-    timings["localize"] = time.perf_counter() - t
-    res.timings = timings
-    return res
+
+
+def _solve_segments(spec: RelationSpec, g: Graphs, base: Module, dist: Module, segments: list[Segment], bound: list[tuple[Binding, Instruction | None, Instruction]], rank_params: set[str], solver: LayoutSolver, budget: Budget) -> tuple[Facts, RunStats, dict[str, Any]]:
+    """Prove segment pairs in order, carrying proven facts across cuts; reuse identical ones."""
+    known = Facts({}, {}, {}, [])
+    seen: set[tuple[int, str, frozenset[int]]] = set()
+    # fingerprint -> [(canonical text, result)]: the text is compared in full, so two different
+    # segments whose fingerprints collide never share a result.
+    memo: dict[str, list[tuple[str, tuple[Facts, RunStats]]]] = {}
+    report: list[dict[str, Any]] = []
+    total = RunStats(0, True, 0.0)
+    proven = reused = 0
+    for seg in segments:
+        sb, _ = sub_module(base, seg.baseline, "b")
+        sd, boundary = sub_module(dist, seg.distributed, "d")
+        sg = build(spec, sb, sd, rank_params)
+        local = {(n.side, n.ins.name): n.gid for n in sg.nodes}
+        seeds = _input_seeds(sg, bound)
+        for name in boundary:
+            d_local = local[("distributed", name)]
+            for f in known.by_dist.get(g.by_name[("distributed", name)], []):
+                if f.seed is None:
+                    continue
+                if "{b}" not in f.seed:
+                    seeds.append(f.seed.format(d=f"(N {d_local})"))
+                    continue
+                for m in known.members.get(f.baseline, []):
+                    b_local = local.get(("baseline", g.nodes[m].ins.name)) if g.nodes[m].side == "baseline" else None
+                    if b_local is not None:
+                        seeds.append(f.seed.format(b=f"(N {b_local})", d=f"(N {d_local})"))
+        text = canonical([(f"{n.side[0]}:{n.ins.name}", _node_key(n), [f"{n.side[0]}:{sg.nodes[o].ins.name}" for o in n.operands]) for n in sg.nodes], seeds)
+        fp = partition.fingerprint(text)
+        bucket = memo.setdefault(fp, [])
+        hit = next((result for t, result in bucket if t == text), None)
+        report.append({"layer": seg.label, "fingerprint": fp, "reused": hit is not None, "instructions": len(sg.nodes)})
+        if hit is None:
+            hit = _solve(sg, seeds, solver, budget)
+            bucket.append((text, hit))
+            proven += 1
+            total = RunStats(total.iterations + hit[1].iterations, total.saturated and hit[1].saturated, total.seconds + hit[1].seconds)
+        else:
+            reused += 1
+        _merge(known, seen, hit[0], sg, g)
+    known.bijections.sort(key=lambda b: (str(b["distributed"]), str(b["baseline"])))
+    return known, total, {"segments": len(segments), "segments_proven": proven, "segments_reused": reused, "segment_report": report}
+
+
+def _node_key(n: Node) -> str:
+    if n.sig is not None:
+        return n.sig.key()
+    if n.ins.opcode == "constant":
+        return f"const:{n.ins.shape}:{n.ins.literal}"
+    return f"param:{n.ins.shape}"
+
+
+def _merge(known: Facts, seen: set[tuple[int, str, frozenset[int]]], local: Facts, sg: Graphs, g: Graphs) -> None:
+    """Add a segment's facts to the whole-graph view, naming nodes by their global ids."""
+    to_global = {n.gid: g.by_name[(n.side, n.ins.name)] for n in sg.nodes}
+    cls_map: dict[int, int] = {}
+    for cls, members in local.members.items():
+        gcls = cls_map[cls] = len(known.members)
+        known.members[gcls] = [to_global[m] for m in members]
+        for m in known.members[gcls]:
+            known.classes.setdefault(m, gcls)
+    for dg_local, facts in local.by_dist.items():
+        dg = to_global[dg_local]
+        for f in facts:
+            bcls = cls_map.get(f.baseline, -1) if f.baseline >= 0 else -1
+            key = (dg, f.relation, frozenset(m for m in known.members.get(bcls, []) if g.nodes[m].side == "baseline"))
+            if key in seen:
+                continue
+            seen.add(key)
+            known.by_dist.setdefault(dg, []).append(Fact(bcls, dg, f.relation, f.rule, f.seed))
+    for b in local.bijections:
+        gb, gd = (to_global[x] for x in b["gids"])  # type: ignore[attr-defined]
+        named = dict(b, baseline="%" + g.nodes[gb].ins.name, distributed="%" + g.nodes[gd].ins.name, gids=(gb, gd))
+        if named not in known.bijections:
+            known.bijections.append(named)
 
 
 def _saturate(session: Session, g: Graphs, solver: LayoutSolver, budget: Budget) -> RunStats:
@@ -167,8 +263,7 @@ def _decide(spec: RelationSpec, g: Graphs, facts: Facts, bouts: list[Instruction
         bn = g.node("baseline", bouts[b.baseline].name)
         dn = g.node("distributed", douts[b.distributed].name)
         want = expected_text(b)
-        bcls = facts.classes.get(bn.gid)
-        have = [f for f in facts.by_dist.get(dn.gid, []) if f.baseline == bcls]
+        have = [f for f in facts.by_dist.get(dn.gid, []) if bn.gid in facts.members.get(f.baseline, ())]
         ok = any(f.relation == want for f in have)
         all_ok &= ok
         outputs.append({

@@ -70,7 +70,10 @@ def _shape_text(dtype: str, dims: tuple[int, ...]) -> str:
 
 def trace(pair: models.Pair, side: str) -> Traced:
     """Lower one side of ``pair``; returns the capture and the input placeholders by name."""
+    import torch_xla
+
     capture.reset_collective_token()
+    models.set_scope_factory(torch_xla._XLAC.profiler.scope_pusher)
     tensors: dict[str, Any] = {}
     for spec in pair.inputs:
         if side == "baseline" and spec.relation == "rank":

@@ -47,6 +47,20 @@ class Collectives:
     all_reduce: Callable[..., Tensor]
 
 
+# Module-path scopes ("layers.3") for layered models. generate.py installs torch-xla's scope
+# pusher (the op_name then carries the path the verifier cuts layers by); eager runs keep this.
+_scope_factory: list[Callable[[str], object]] = []
+
+
+def set_scope_factory(factory: Callable[[str], object]) -> None:
+    _scope_factory[:] = [factory]
+
+
+def layer_scope(name: str) -> object:
+    """Hold the returned value while the layer's ops are created; drop it to leave the scope."""
+    return _scope_factory[0](name) if _scope_factory else None
+
+
 @dataclass(frozen=True)
 class Group:
     """The rank group the distributed program runs in."""
@@ -349,6 +363,33 @@ def bsh_attention_distributed(
 # The pairs.
 
 
+# ---------------------------------------------------------------------------------------------
+# A stack of identical column->row MLP blocks with residuals, each in its own "layers.k" scope:
+# the verifier cuts it at layer boundaries and proves the repeated layer once.
+
+
+def deep_mlp_baseline(x: Tensor, *, layers: int, **weights: Tensor) -> tuple[Tensor, ...]:
+    for k in range(layers):
+        scope = layer_scope(f"model.layers.{k}")
+        x = x + F.linear(F.gelu(F.linear(x, weights[f"w_up_{k}"])), weights[f"w_down_{k}"])
+        del scope
+    return (x,)
+
+
+def deep_mlp_distributed(
+    cc: Collectives, group: Group, x: Tensor, *, layers: int, bug_layer: int | None = None, **weights: Tensor
+) -> tuple[Tensor, ...]:
+    for k in range(layers):
+        scope = layer_scope(f"model.layers.{k}")
+        partial = F.linear(F.gelu(F.linear(x, weights[f"w_up_{k}"])), weights[f"w_down_{k}"])
+        if k == bug_layer:
+            x = x + partial  # BUG-SITE: bug_deep_mlp_late_layer
+        else:
+            x = x + cc.spmd_all_reduce(SUM, partial, 1.0, group.replica_groups)
+        del scope
+    return (x,)
+
+
 @dataclass(frozen=True)
 class Input:
     """One input: its whole (baseline) shape and how the ranks hold it."""
@@ -450,6 +491,19 @@ def _mlp(name: str, c: int, act: str, description: str, **dist: Any) -> Pair:
     )  # fmt: skip
 
 
+DEEP_LAYERS = 8
+
+
+def _deep_mlp(name: str, description: str, **dist: Any) -> Pair:
+    inputs = [Input("x", (S, H))]
+    for k in range(DEEP_LAYERS):
+        inputs += [Input(f"w_up_{k}", (FFN, H), "sharded", dim=0), Input(f"w_down_{k}", (H, FFN), "sharded", dim=1)]
+    return Pair(
+        name, description, 4, tuple(inputs), (Output(),), deep_mlp_baseline, deep_mlp_distributed,
+        {"layers": DEEP_LAYERS}, dist,
+    )  # fmt: skip
+
+
 def _attention(name: str, description: str, **dist: Any) -> Pair:
     return Pair(
         name, description, 4, _attention_inputs((S, ATT_H)), (Output(),),
@@ -503,6 +557,17 @@ PAIRS: dict[str, Pair] = {
             token_allreduce=True,
         ),
         _mlp("mlp_tp4", 4, "gelu", "Column->row parallel GELU MLP with residual over 4 ranks."),
+        _deep_mlp(
+            "deep_mlp_tp4",
+            f"{DEEP_LAYERS} identical column->row MLP layers with residuals, each in a layers.k "
+            "scope: the verifier cuts at layer boundaries and proves the repeated layer once.",
+        ),
+        _deep_mlp(
+            "bug_deep_mlp_late_layer",
+            f"The all-reduce of layer {DEEP_LAYERS - 2} of {DEEP_LAYERS} is missing: the bug sits "
+            "deep in a stack of otherwise identical layers.",
+            bug_layer=DEEP_LAYERS - 2,
+        ),
         _mlp("mlp_tp8", 8, "silu", "Column->row parallel SiLU MLP with residual over 8 ranks."),
         _attention(
             "attention_tp4",
