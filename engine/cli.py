@@ -14,17 +14,22 @@ EXIT_BAD_INPUT = 3
 
 
 def _check(args: argparse.Namespace) -> int:
+    import time
+
     from .analysis.verify import Budget, verify
     from .hlo.parser import parse_hlo_file
     from .relations import load_relations
     from .sourcemap import SourceMap
 
+    t = time.perf_counter()
     spec = load_relations(args.relations)
     base = parse_hlo_file(args.baseline)
     dist = parse_hlo_file(args.distributed)
+    parse_seconds = time.perf_counter() - t
     sm = SourceMap.load(args.sourcemap) if args.sourcemap else None
-    budget = Budget(args.max_iterations, args.timeout, partition=not args.no_partition, layer_pattern=args.layer_pattern)
+    budget = Budget(args.max_iterations, args.timeout, partition=not args.no_partition, layer_pattern=args.layer_pattern, progress=True)
     result = verify(spec, base, dist, sm, budget)
+    result.timings = {"parse": parse_seconds, **result.timings}
     doc = result.to_json()
     doc["inputs"] = {"baseline": str(args.baseline), "distributed": str(args.distributed), "relations": str(args.relations)}
     if args.json:

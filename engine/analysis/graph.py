@@ -77,7 +77,9 @@ def _literal_key(ins: Instruction) -> str:
     return f"const|{ins.shape.dtype}[{'x'.join(map(str, ins.shape.dims))}]|{lit}"
 
 
-def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params: set[str]) -> Graphs:
+def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params: set[str], tables: bool = True) -> Graphs:
+    """Nodes, signatures and unsupported-op checks; with ``tables``, also the e-graph rows and
+    shape tables (skipped for the whole graph when it is solved segment by segment)."""
     g = Graphs(spec, baseline, distributed)
     tables = Tables(spec.c)
     g.tables = tables
@@ -136,6 +138,8 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
             groups_ok = _groups_ok(ins, spec) if ins.opcode in COLLECTIVES else None
             sig = make_sig(ins, opnd_shapes, groups_ok)
             node.sig = sig
+            if not tables:
+                continue
             key = sig.key()
             if not operands:
                 rows["litrow"].append((gid, key))  # iota, replica-id are literal-like leaves

@@ -74,49 +74,75 @@ def plan(base: Module, dist: Module, base_op_name: OpName, dist_op_name: OpName,
     return [segs[k] for k in labels]
 
 
-def sub_module(module: Module, names: list[str], side_tag: str) -> tuple[Module, list[str]]:
-    """The segment's instructions with what they read: leaves and literal cones copied in,
-    earlier instructions turned into parameters. Returns the module and its boundary inputs."""
-    comp = module.entry
-    cone = _const_cone(comp)
-    own = set(names)
-    needed: set[str] = set()
-    boundary: list[str] = []
-    for n in names:
-        for o in comp[n].operands:
-            if o in own or o in needed:
-                continue
-            ins = comp[o]
-            if ins.opcode in LEAVES or o in cone:
+@dataclass
+class View:
+    """What one side of a segment holds, in the module's instruction order: its own
+    instructions, the leaves and literal cones they read (copied in), and the instructions of
+    earlier segments they read (``boundary``: parameters in the segment's e-graph)."""
+
+    names: list[str]
+    boundary: set[str]
+
+
+class Side:
+    """One graph prepared once for cutting many segments out of it."""
+
+    def __init__(self, module: Module) -> None:
+        self.module = module
+        self.comp = module.entry
+        self.order = {ins.name: i for i, ins in enumerate(self.comp.instructions)}
+        self.cone = _const_cone(self.comp)
+
+    def view(self, names: list[str]) -> View:
+        comp = self.comp
+        own = set(names)
+        needed: set[str] = set()
+        boundary: set[str] = set()
+        for n in names:
+            for o in comp[n].operands:
+                if o in own or o in needed:
+                    continue
                 needed.add(o)
-                stack = list(ins.operands)
-                while stack:
-                    x = stack.pop()
-                    if x not in needed:
-                        needed.add(x)
-                        stack.extend(comp[x].operands)
-            else:
-                needed.add(o)
-                boundary.append(o)
-    out: list[Instruction] = []
-    for ins in comp.instructions:
-        if ins.name in own or (ins.name in needed and ins.name not in boundary):
+                ins = comp[o]
+                if ins.opcode in LEAVES or o in self.cone:
+                    stack = list(ins.operands)
+                    while stack:
+                        x = stack.pop()
+                        if x not in needed:
+                            needed.add(x)
+                            stack.extend(comp[x].operands)
+                else:
+                    boundary.add(o)
+        return View(sorted(own | needed, key=self.order.__getitem__), boundary)
+
+    def sub_module(self, view: View, tag: str) -> Module:
+        comp = self.comp
+        out: list[Instruction] = []
+        for name in view.names:
+            ins = comp[name]
+            if name in view.boundary:
+                ins = Instruction(name, "parameter", ins.shape, [], metadata=ins.metadata, loc=ins.loc)
             out.append(ins)
-        elif ins.name in boundary:
-            out.append(Instruction(ins.name, "parameter", ins.shape, [], metadata=ins.metadata, loc=ins.loc))
-    sub = Module(f"{module.name}.{side_tag}", {comp.name: Computation(comp.name, out, True, comp.loc)}, comp.name, module.header, module.path)
-    return sub, boundary
+        return Module(f"{self.module.name}.{tag}", {comp.name: Computation(comp.name, out, True, comp.loc)}, comp.name, self.module.header, self.module.path)
 
 
-def canonical(instrs: list[tuple[str, str, list[str]]], seeds: list[str]) -> str:
-    """Text of a segment pair that ignores names: (name, signature, operands) per instruction in
-    order, operands by position, seeds already written with positional handles."""
-    pos: dict[str, int] = {}
-    lines = []
-    for name, sig, operands in instrs:
-        pos[name] = len(pos)
-        lines.append(f"{sig}({','.join(str(pos[o]) for o in operands)})")
-    return "\n".join(lines) + "\n--\n" + "\n".join(sorted(seeds))
+def stages(segments: list[Segment], base: Side, dist: Side) -> list[list[int]]:
+    """Segments grouped into topological levels: a segment's level is one more than that of any
+    segment it reads from; segments of one level are independent and may run in parallel."""
+    owner: dict[tuple[str, str], int] = {}
+    for i, seg in enumerate(segments):
+        owner.update({("b", n): i for n in seg.baseline})
+        owner.update({("d", n): i for n in seg.distributed})
+    level: list[int] = []
+    for i, seg in enumerate(segments):
+        deps = {owner[("b", o)] for n in seg.baseline for o in base.comp[n].operands if ("b", o) in owner}
+        deps |= {owner[("d", o)] for n in seg.distributed for o in dist.comp[n].operands if ("d", o) in owner}
+        deps.discard(i)
+        level.append(1 + max((level[d] for d in deps), default=-1))
+    out: list[list[int]] = [[] for _ in range(max(level, default=-1) + 1)]
+    for i, lv in enumerate(level):
+        out[lv].append(i)
+    return out
 
 
 def fingerprint(text: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +20,7 @@ from .graph import Graphs, Node, build
 from .inputs import check_inputs, outputs, param
 from .layouts import LayoutSolver
 from .localize import localize, trace
-from .partition import Segment, canonical, plan, sub_module
+from .partition import Segment, plan
 
 VERIFIED, DIVERGED, UNSUPPORTED, INCONCLUSIVE = "verified", "diverged", "unsupported", "inconclusive"
 # Opcodes whose rules cover only some uses; an unrelated one is not evidence of a bug.
@@ -33,6 +34,8 @@ class Budget:
     layout_rounds: int = 32
     partition: bool = True  # cut at layer boundaries when both graphs name their layers
     layer_pattern: str | None = None  # regex with one group: the layer number in op_name
+    workers: int = 2  # e-graphs solved at once (one per thread) for independent segments
+    progress: bool = False  # per-layer progress on stderr (only when it is a terminal)
 
 
 @dataclass
@@ -80,10 +83,13 @@ def verify(spec: RelationSpec, baseline: Module, distributed: Module, sourcemap:
             if idx >= len(outs):
                 raise InputError(spec.path, f"{b.key}.{side}", f"the {side} ROOT has {len(outs)} output(s); index {idx} is out of range")
 
-    t = time.perf_counter()
-    g = build(spec, base, dist, rank_params)
-    timings["build"] = time.perf_counter() - t
     sm = sourcemap or SourceMap()
+    t = time.perf_counter()
+    segments = plan(base, dist, lambda i: i.metadata.op_name, sm.op_name, budget.layer_pattern) if budget.partition else None
+    timings["partition"] = time.perf_counter() - t
+    t = time.perf_counter()
+    g = build(spec, base, dist, rank_params, tables=not segments)
+    timings["build"] = time.perf_counter() - t
     if g.unsupported:
         u = g.unsupported[0]
         res = Result(UNSUPPORTED, reason=f"{u.side} %{u.instruction} ({u.opcode}): {u.reason}", timings=timings)
@@ -92,7 +98,6 @@ def verify(spec: RelationSpec, baseline: Module, distributed: Module, sourcemap:
 
     t = time.perf_counter()
     solver = LayoutSolver(spec.c)
-    segments = plan(base, dist, lambda i: i.metadata.op_name, sm.op_name, budget.layer_pattern) if budget.partition else None
     if segments:
         facts, stats, seg_stats = _solve_segments(spec, g, base, dist, segments, bound, rank_params, solver, budget)
     else:
@@ -140,48 +145,122 @@ def _solve(g: Graphs, seeds: list[str], solver: LayoutSolver, budget: Budget) ->
 
 
 def _solve_segments(spec: RelationSpec, g: Graphs, base: Module, dist: Module, segments: list[Segment], bound: list[tuple[Binding, Instruction | None, Instruction]], rank_params: set[str], solver: LayoutSolver, budget: Budget) -> tuple[Facts, RunStats, dict[str, Any]]:
-    """Prove segment pairs in order, carrying proven facts across cuts; reuse identical ones."""
+    """Prove segment pairs stage by stage, carrying proven facts across cuts. Identical segment
+    pairs are proven once; the distinct ones of a stage run in parallel, one e-graph per thread."""
+    sides = {"baseline": partition.Side(base), "distributed": partition.Side(dist)}
     known = Facts({}, {}, {}, [])
     seen: set[tuple[int, str, frozenset[int]]] = set()
     # fingerprint -> [(canonical text, result)]: the text is compared in full, so two different
     # segments whose fingerprints collide never share a result.
     memo: dict[str, list[tuple[str, tuple[Facts, RunStats]]]] = {}
-    report: list[dict[str, Any]] = []
+    report: list[dict[str, Any]] = [{} for _ in segments]
     total = RunStats(0, True, 0.0)
     proven = reused = 0
-    for seg in segments:
-        sb, _ = sub_module(base, seg.baseline, "b")
-        sd, boundary = sub_module(dist, seg.distributed, "d")
-        sg = build(spec, sb, sd, rank_params)
-        local = {(n.side, n.ins.name): n.gid for n in sg.nodes}
-        seeds = _input_seeds(sg, bound)
-        for name in boundary:
-            d_local = local[("distributed", name)]
-            for f in known.by_dist.get(g.by_name[("distributed", name)], []):
-                if f.seed is None:
-                    continue
-                if "{b}" not in f.seed:
-                    seeds.append(f.seed.format(d=f"(N {d_local})"))
-                    continue
-                for m in known.members.get(f.baseline, []):
-                    b_local = local.get(("baseline", g.nodes[m].ins.name)) if g.nodes[m].side == "baseline" else None
-                    if b_local is not None:
-                        seeds.append(f.seed.format(b=f"(N {b_local})", d=f"(N {d_local})"))
-        text = canonical([(f"{n.side[0]}:{n.ins.name}", _node_key(n), [f"{n.side[0]}:{sg.nodes[o].ins.name}" for o in n.operands]) for n in sg.nodes], seeds)
-        fp = partition.fingerprint(text)
-        bucket = memo.setdefault(fp, [])
-        hit = next((result for t, result in bucket if t == text), None)
-        report.append({"layer": seg.label, "fingerprint": fp, "reused": hit is not None, "instructions": len(sg.nodes)})
-        if hit is None:
-            hit = _solve(sg, seeds, solver, budget)
-            bucket.append((text, hit))
-            proven += 1
-            total = RunStats(total.iterations + hit[1].iterations, total.saturated and hit[1].saturated, total.seconds + hit[1].seconds)
-        else:
-            reused += 1
-        _merge(known, seen, hit[0], sg, g)
+    progress = Progress(len(segments), budget.progress)
+    levels = partition.stages(segments, sides["baseline"], sides["distributed"])
+    with ThreadPoolExecutor(max_workers=max(1, budget.workers)) as pool:
+        for level in levels:
+            prepared = [_prepare(spec, g, segments[i], sides, bound, known) for i in level]
+            jobs: dict[str, Future[tuple[Facts, RunStats]]] = {}
+            for i, prep in zip(level, prepared, strict=True):
+                fp = partition.fingerprint(prep.text)
+                bucket = memo.setdefault(fp, [])
+                hit = next((r for t, r in bucket if t == prep.text), None)
+                report[i] = {"layer": segments[i].label, "fingerprint": fp, "reused": hit is not None or prep.text in jobs, "instructions": len(prep.to_global)}
+                if hit is None and prep.text not in jobs:
+                    sg = build(spec, sides["baseline"].sub_module(prep.views[0], "b"), sides["distributed"].sub_module(prep.views[1], "d"), rank_params)
+                    jobs[prep.text] = pool.submit(_solve, sg, prep.seeds, solver, budget)
+            for text, job in jobs.items():
+                result = job.result()
+                memo[partition.fingerprint(text)].append((text, result))
+                proven += 1
+                total = RunStats(total.iterations + result[1].iterations, total.saturated and result[1].saturated, total.seconds + result[1].seconds)
+            for i, prep in zip(level, prepared, strict=True):
+                result = next(r for t, r in memo[partition.fingerprint(prep.text)] if t == prep.text)
+                reused += report[i]["reused"]
+                _merge(known, seen, result[0], prep.to_global, g)
+                progress.step(segments[i].label, report[i]["reused"])
+    progress.done()
     known.bijections.sort(key=lambda b: (str(b["distributed"]), str(b["baseline"])))
-    return known, total, {"segments": len(segments), "segments_proven": proven, "segments_reused": reused, "segment_report": report}
+    return known, total, {"segments": len(segments), "stages": len(levels), "segments_proven": proven, "segments_reused": reused, "segment_report": report}
+
+
+@dataclass
+class _Prepared:
+    views: tuple[partition.View, partition.View]
+    to_global: list[int]  # local node id (= position) -> global node id
+    text: str  # canonical text: the memo key
+    seeds: list[str]
+
+
+def _prepare(spec: RelationSpec, g: Graphs, seg: Segment, sides: dict[str, partition.Side], bound: list[tuple[Binding, Instruction | None, Instruction]], known: Facts) -> _Prepared:
+    """A segment pair's canonical text and seeds, from the whole-graph signatures; no e-graph
+    rows are built unless the memo misses. Local ids follow build()'s order: baseline first."""
+    views = (sides["baseline"].view(seg.baseline), sides["distributed"].view(seg.distributed))
+    to_global: list[int] = []
+    pos: dict[tuple[str, str], int] = {}
+    lines: list[str] = []
+    for side, view in zip(("baseline", "distributed"), views, strict=True):
+        for name in view.names:
+            gid = g.by_name[(side, name)]
+            n = g.nodes[gid]
+            pos[(side, name)] = len(to_global)
+            to_global.append(gid)
+            if name in view.boundary:
+                lines.append(f"param:{n.ins.shape}()")
+            else:
+                operands = ",".join(str(pos[(side, g.nodes[o].ins.name)]) for o in n.operands)
+                lines.append(f"{_node_key(n)}({operands})")
+    seeds: list[str] = []
+    for b, bp, dp in bound:
+        if bp is None or ("baseline", bp.name) not in pos or ("distributed", dp.name) not in pos:
+            continue
+        bg, dg = pos[("baseline", bp.name)], pos[("distributed", dp.name)]
+        rel = b.relation
+        if rel.kind == "duplicate":
+            seeds.append(f"(dup (N {bg}) (N {dg}))")
+        elif rel.kind == "sharded":
+            seeds.append(f'(sharded (N {bg}) (N {dg}) {rel.dim} "{",".join(map(str, rel.blocks))}")')
+        elif rel.kind == "partial":
+            seeds.append(f'(partial (N {bg}) (N {dg}) "{rel.op}")')
+    for name in views[1].boundary:
+        d_local = pos[("distributed", name)]
+        for f in known.by_dist.get(g.by_name[("distributed", name)], []):
+            if f.seed is None:
+                continue
+            if "{b}" not in f.seed:
+                seeds.append(f.seed.format(d=f"(N {d_local})"))
+                continue
+            for m in known.members.get(f.baseline, []):
+                b_local = pos.get(("baseline", g.nodes[m].ins.name)) if g.nodes[m].side == "baseline" else None
+                if b_local is not None:
+                    seeds.append(f.seed.format(b=f"(N {b_local})", d=f"(N {d_local})"))
+    seeds = sorted(set(seeds))
+    text = "\n".join(lines) + "\n--\n" + "\n".join(seeds)
+    return _Prepared(views, to_global, text, seeds)
+
+
+class Progress:
+    """One line per model on a terminal, rewritten as layers finish; silent otherwise."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        import sys
+
+        self.total = total
+        self.count = 0
+        self.out = sys.stderr
+        self.enabled = enabled and self.out.isatty()
+
+    def step(self, label: int, reused: bool) -> None:
+        self.count += 1
+        if self.enabled:
+            self.out.write(f"\r  layer {label} ({self.count}/{self.total}) {'reused' if reused else 'proven'}   ")
+            self.out.flush()
+
+    def done(self) -> None:
+        if self.enabled:
+            self.out.write("\r" + " " * 60 + "\r")
+            self.out.flush()
 
 
 def _node_key(n: Node) -> str:
@@ -192,9 +271,8 @@ def _node_key(n: Node) -> str:
     return f"param:{n.ins.shape}"
 
 
-def _merge(known: Facts, seen: set[tuple[int, str, frozenset[int]]], local: Facts, sg: Graphs, g: Graphs) -> None:
+def _merge(known: Facts, seen: set[tuple[int, str, frozenset[int]]], local: Facts, to_global: list[int], g: Graphs) -> None:
     """Add a segment's facts to the whole-graph view, naming nodes by their global ids."""
-    to_global = {n.gid: g.by_name[(n.side, n.ins.name)] for n in sg.nodes}
     cls_map: dict[int, int] = {}
     for cls, members in local.members.items():
         gcls = cls_map[cls] = len(known.members)
