@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shardproof.engine.analysis.verify import verify
+from shardproof.engine.analysis.verify import Budget, verify
 from shardproof.engine.hlo.parser import parse_hlo_file
 from shardproof.engine.relations import load_relations
 
@@ -38,3 +38,29 @@ def test_verdict_rule_and_oracle(base: str, dist: str, rel: str, verdict: str, r
     relations = yaml.safe_load((HERE / f"{rel}.yaml").read_text())
     equal = oracle.run_pair((HERE / f"{base}.hlo").read_text(), (HERE / f"{dist}.hlo").read_text(), relations).equal
     assert equal == (verdict == "verified")
+
+
+def test_independent_layers_form_one_stage_solved_in_parallel(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from shardproof.engine.analysis import verify as verify_module
+
+    threads: set[str] = set()
+    solve = verify_module._solve
+    both_running = threading.Barrier(2, timeout=20)  # breaks unless two solves overlap in time
+    calls = []
+
+    def recording_solve(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        threads.add(threading.current_thread().name)
+        if len(calls) <= 2:
+            both_running.wait()
+        return solve(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(verify_module, "_solve", recording_solve)
+    args = (load_relations(HERE / "branches_relations.yaml"), parse_hlo_file(HERE / "branches_baseline.hlo"), parse_hlo_file(HERE / "branches_distributed.hlo"))
+    cut = verify(*args, budget=Budget(workers=2))
+    assert cut.verdict == "verified"
+    assert (cut.stats["segments"], cut.stats["stages"], cut.stats["segments_proven"]) == (3, 2, 3)
+    assert len(threads) == 2  # the two branch layers ran in different worker threads
+    assert verify(*args, budget=Budget(partition=False)).verdict == "verified"
