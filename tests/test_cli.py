@@ -119,3 +119,10 @@ def test_ill_typed_hlo_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixtur
     code, _, err = run(capsys, "check", str(HERE / "mlp_baseline.hlo"), str(bad), "--relations", str(HERE / "mlp_relations.yaml"))
     assert code == 3
     assert "bad.hlo:" in err and "%o (dot) is ill-typed" in err and "[4, 8]" in err
+
+
+def test_exhausted_budget_is_inconclusive_naming_the_layers(capsys: pytest.CaptureFixture[str]) -> None:
+    d = Path(__file__).parent / "pairs" / "deep_mlp_tp4"
+    code, stdout, _ = run(capsys, "check", str(d / "baseline.hlo"), str(d / "distributed.hlo"), "--relations", str(d / "relations.yaml"), "--max-iterations", "3")
+    assert code == 2
+    assert stdout.startswith("inconclusive:") and "budget exhausted in layer(s) 0" in stdout

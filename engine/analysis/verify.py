@@ -107,6 +107,9 @@ def verify(spec: RelationSpec, baseline: Module, distributed: Module, sourcemap:
     t = time.perf_counter()
     res = _decide(spec, g, facts, bouts, douts, sm, stats.saturated)
     res.bijections = public_bijections(facts.bijections)
+    unsaturated = [r["layer"] for r in seg_stats.get("segment_report", []) if not r.get("saturated", True)]
+    if res.verdict == INCONCLUSIVE and unsaturated:
+        res.reason += f" (budget exhausted in layer(s) {', '.join(map(str, unsaturated))})"
     res.stats = {**seg_stats, "iterations": stats.iterations, "saturated": stats.saturated, "baseline_instructions": len(base.entry.instructions), "distributed_instructions": len(dist.entry.instructions)}
     timings["localize"] = time.perf_counter() - t
     res.timings = timings
@@ -178,6 +181,7 @@ def _solve_segments(spec: RelationSpec, g: Graphs, base: Module, dist: Module, s
             for i, prep in zip(level, prepared, strict=True):
                 result = next(r for t, r in memo[partition.fingerprint(prep.text)] if t == prep.text)
                 reused += report[i]["reused"]
+                report[i]["saturated"] = result[1].saturated
                 _merge(known, seen, result[0], prep.to_global, g)
                 progress.step(segments[i].label, report[i]["reused"])
     progress.done()
