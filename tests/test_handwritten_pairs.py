@@ -23,6 +23,9 @@ CASES = [
     ("unroll_baseline", "unroll_bug_distributed", "unroll_relations", "diverged", None),
     ("kvcache_baseline", "kvcache_distributed", "kvcache_relations", "verified", "partition/concatenate-other-dim"),
     ("kvcache_baseline", "kvcache_bug_distributed", "kvcache_relations", "diverged", None),
+    # torch.topk lowers to a two-operand sort with a comparator computation (MoE routers)
+    ("topk_baseline", "topk_distributed", "topk_relations", "verified", "partition/dup-binary"),
+    ("topk_baseline", "topk_bug_distributed", "topk_relations", "diverged", None),
 ]
 
 

@@ -31,7 +31,7 @@ class Facts:
 
 
 def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
-    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lr"])
+    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd"])
     cls_of_value: dict[object, int] = {}
     classes: dict[int, int] = {}
     members: dict[int, list[int]] = {}
@@ -80,11 +80,10 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
         add_dist_only(xp, "rank", "input", "(rank {d})")
     for xp, a, b in tables["affine"]:
         add_dist_only(xp, f"rank-affine({a}*r{int(b):+d})", "slicing/rank-arithmetic", f"(affine {{d}} {a} {b})")  # type: ignore[call-overload]
-    for z, x, d, _size, n, mask in tables["lr"]:
+    for z, x, d, _size, n, mask in tables["lrd"]:
+        # Only sums over blocks of a sharded tensor relate to the baseline (x is the baseline).
         blocks = [str(e) for e in range(int(n)) if int(mask) >> e & 1]  # type: ignore[call-overload]
-        if x in cls_of_value:
-            x_name = "%" + g.nodes[members[cls_of_value[x]][0]].ins.name
-            add_dist_only(z, f"sum of blocks {{{','.join(blocks)}}} of {n} along dim {d} of {x_name}", "unroll/loop-reduce")
+        add(x, z, f"sum of local blocks {{{','.join(blocks)}}} of {n} along dim {d}")
     for name in ("shifted", "below0", "abovew", "outside", "clamped"):
         for ids, xp, w in tables[name]:
             add(ids, xp, f"{name}(w={w})")

@@ -212,11 +212,11 @@ def _check_supported(g: Graphs, side: str, ins: Instruction, module: Module) -> 
     if ins.opcode not in KNOWN:
         unsupported(f"opcode '{ins.opcode}' has no rules")
         return
-    if ins.shape.is_tuple and ins.opcode != "tuple":
-        unsupported("tuple-shaped results are only understood for split all-reduces and get-tuple-element")
+    if ins.shape.is_tuple and ins.opcode not in ("tuple", "sort"):
+        unsupported("tuple-shaped results are only understood for tuple, sort and split all-reduces")
     reducer = ins.parsed.get("reducer")
-    if isinstance(reducer, str) and reducer.startswith("computation:"):
-        unsupported(f"reducer computation {reducer.split(':', 1)[1]} is not a plain add/max/min/mul/and/or")
+    if isinstance(reducer, str) and reducer.startswith("body:") and ins.opcode != "reduce":
+        unsupported(f"{ins.opcode} with a reducer that is not a plain add/max/min/mul/and/or")
     if ins.opcode == "custom-call":
         target = ins.parsed.get("custom_call_target", "")
         if target not in g.spec.custom_calls:

@@ -27,7 +27,8 @@ STRUCTURED = frozenset({"dot", "reduce", "gather", "dynamic-slice", "dynamic-upd
 COLLECTIVES = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute"})
 LEAVES = frozenset({"parameter", "constant", "iota", "replica-id", "partition-id"})
 
-KNOWN = UNARY_POINTWISE | BINARY_POINTWISE | TERNARY_POINTWISE | SHAPE_OPS | STRUCTURED | COLLECTIVES | LEAVES | {"tuple"}
+# sort and get-tuple-element only obey the duplicate law (same op on identical inputs).
+KNOWN = UNARY_POINTWISE | BINARY_POINTWISE | TERNARY_POINTWISE | SHAPE_OPS | STRUCTURED | COLLECTIVES | LEAVES | {"tuple", "sort", "get-tuple-element"}
 
 # Attributes that never change the value an instruction computes.
 VALUE_NEUTRAL_ATTRS = frozenset(

@@ -66,12 +66,14 @@ def _dims(s: Shape) -> Dims:
 def make_sig(ins: Instruction, operand_shapes: list[Shape], groups_ok: bool | None = None) -> Sig:
     attrs: dict[str, str] = {}
     for k in sorted(set(ins.attrs) | set(ins.parsed)):
-        if k in VALUE_NEUTRAL_ATTRS or k in ("replica_groups", "to_apply", "source_target_pairs", "reducer"):
+        if k in VALUE_NEUTRAL_ATTRS or k in ("replica_groups", "to_apply", "source_target_pairs", "reducer", "comparator"):
             continue
         v = ins.parsed.get(k, ins.attrs.get(k))
         attrs[k] = _text(v)
     if ins.parsed.get("reducer"):
         attrs["reducer"] = str(ins.parsed["reducer"])
+    if ins.parsed.get("comparator"):
+        attrs["comparator"] = str(ins.parsed["comparator"])
     if ins.opcode in COLLECTIVES:
         # Collectives discharge relations only over the sharding group; the key says which.
         attrs["groups"] = "G" if groups_ok else _text(ins.parsed.get("replica_groups", []))

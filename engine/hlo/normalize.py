@@ -61,13 +61,34 @@ def _rewire(instrs: list[Instruction], alias: dict[str, str]) -> None:
         ins.operands = [res(o) for o in ins.operands]
 
 
+def body_text(comp: Computation) -> str:
+    """A called computation's meaning without its names: opcodes, value attributes, shapes and
+    operands by position. Equal texts compute the same function."""
+    pos: dict[str, int] = {}
+    parts = []
+    for ins in comp.instructions:
+        pos[ins.name] = len(pos)
+        attrs = ",".join(f"{k}={v}" for k, v in sorted(ins.attrs.items()) if k not in ("metadata", "sharding", "frontend_attributes"))
+        head = f"p{ins.parameter_number}" if ins.opcode == "parameter" else ins.opcode
+        ops = ",".join(str(pos[o]) for o in ins.operands)
+        parts.append(f"{'ROOT ' if ins.is_root else ''}{head}:{ins.shape}({ops}){{{attrs}}}{ins.literal or ''}")
+    return "; ".join(parts)
+
+
 def classify_reducers(module: Module) -> None:
+    """parsed['reducer'] = add/max/min/mul/and/or for plain reducers, else ``body:<text>``;
+    sort's comparator goes to parsed['comparator'] as body text. Keys then compare what the
+    called computation computes, never its name."""
     for comp in module.computations.values():
         for ins in comp.instructions:
             callee = ins.parsed.get("to_apply")
-            if isinstance(callee, str) and callee in module.computations:
-                kind = classify_reducer(module.computations[callee])
-                ins.parsed["reducer"] = kind or f"computation:{callee}"
+            if not (isinstance(callee, str) and callee in module.computations):
+                continue
+            called = module.computations[callee]
+            if ins.opcode == "sort":
+                ins.parsed["comparator"] = body_text(called)
+            else:
+                ins.parsed["reducer"] = classify_reducer(called) or f"body:{body_text(called)}"
 
 
 def strip_tokens(comp: Computation, tokens: frozenset[str]) -> Computation:
