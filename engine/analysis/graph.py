@@ -77,13 +77,21 @@ def _literal_key(ins: Instruction) -> str:
     return f"const|{ins.shape.dtype}[{'x'.join(map(str, ins.shape.dims))}]|{lit}"
 
 
-def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params: set[str], tables: bool = True) -> Graphs:
-    """Nodes, signatures and unsupported-op checks; with ``tables``, also the e-graph rows and
-    shape tables (skipped for the whole graph when it is solved segment by segment)."""
+ROW_TABLES = (
+    "leafrow", "litrow", "urow", "brow", "trow", "vrow", "nilrow", "consrow", "rankrow", "commutative",
+    "mirror", "layoutop", "ew", "scalarbcast", "litint", "zerolit", "intop", "intwiden", "cmpop",
+    "orop", "boolconv", "selectop", "gathershard", "maskfor", "dsliceat", "identlit", "falselit",
+    "onelit", "fillop", "mulop", "addop", "prednefalse", "dotop", "sliceblock",
+)  # fmt: skip
+
+
+def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params: set[str], with_rows: bool = True) -> Graphs:
+    """Nodes, signatures and unsupported-op checks; with ``with_rows``, also the e-graph rows
+    and shape tables (skipped for the whole graph when it is solved segment by segment)."""
     g = Graphs(spec, baseline, distributed)
     tables = Tables(spec.c)
     g.tables = tables
-    rows: dict[str, list[tuple[object, ...]]] = {k: [] for k in ("leafrow", "litrow", "urow", "brow", "trow", "vrow", "nilrow", "consrow", "rankrow", "commutative", "mirror", "layoutop", "ew", "scalarbcast", "litint", "zerolit", "intop", "intwiden", "cmpop", "orop", "boolconv", "selectop", "gathershard", "maskfor", "dsliceat", "identlit", "falselit", "onelit", "fillop", "mulop", "addop", "prednefalse", "dotop", "sliceblock")}
+    rows: dict[str, list[tuple[object, ...]]] = {k: [] for k in ROW_TABLES}
     rows["groupsize"] = [(spec.c,)]
     for d in range(8):
         rows.setdefault("kind-sh", []).append((f"s:{d}", d))
@@ -120,25 +128,12 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
                 continue
             opnd_shapes = [g.nodes[o].ins.shape for o in operands]
             if ins.opcode == "constant":
-                lkey = _literal_key(ins)
-                rows["litrow"].append((gid, lkey))
-                value = _scalar_value(ins)
-                for op in _identity_of(ins, value):
-                    rows["identlit"].append((lkey, op))
-                if ins.shape.dims == () and (ins.literal or "").strip() == "false":
-                    rows["falselit"].append((lkey,))
-                if value is not None:
-                    if value == 0:
-                        rows["zerolit"].append((lkey,))
-                    if value == 1:
-                        rows["onelit"].append((lkey,))
-                    if ins.shape.dtype[0] in "su" and value == int(value):
-                        rows["litint"].append((lkey, int(value)))
+                _literal_rows(rows, gid, ins)
                 continue
             groups_ok = _groups_ok(ins, spec) if ins.opcode in COLLECTIVES else None
             sig = make_sig(ins, opnd_shapes, groups_ok)
             node.sig = sig
-            if not tables:
+            if not with_rows:
                 continue
             key = sig.key()
             if not operands:
@@ -158,25 +153,8 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
                 rows["trow"].append((gid, key, *operands))
             else:
                 rows["vrow"].append((gid, key, new_list(operands)))
-            if ins.opcode in ("reshape", "transpose"):
-                rows["layoutop"].append((key,))
-            if ins.opcode in POINTWISE:
-                rows["ew"].append((key, sig.pointwise_name()))
-            if ins.opcode == "broadcast" and opnd_shapes[0].dims == ():
-                rows["scalarbcast"].append((key,))
+            _class_rows(rows, key, sig, ins, opnd_shapes)
             _rank_tables(rows, side, node, sig, opnd_shapes, g, spec.c)
-            if ins.opcode in ("broadcast", "reshape", "convert", "copy") and (ins.opcode != "broadcast" or opnd_shapes[0].dims == ()):
-                rows["fillop"].append((key,))
-            if ins.opcode == "multiply":
-                rows["mulop"].append((key,))
-            if ins.opcode == "dot":
-                rows["dotop"].append((key,))
-            if ins.opcode == "slice":
-                rows["sliceblock"].extend(_slice_blocks(key, ins, opnd_shapes[0].dims))
-            if ins.opcode == "add":
-                rows["addop"].append((key,))
-            if ins.opcode == "compare" and ins.parsed.get("direction") == "NE" and opnd_shapes[0].dtype == "pred":
-                rows["prednefalse"].append((key,))
             if side == "baseline":
                 init = None
                 if ins.opcode == "reduce" and len(operands) == 2:
@@ -193,6 +171,48 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
         rows[k] = sorted(set(rows[k]), key=repr)
     g.rows = rows
     return g
+
+
+def _literal_rows(rows: dict[str, list[tuple[object, ...]]], gid: int, ins: Instruction) -> None:
+    """A constant is a literal term shared by both graphs, plus what its value is an identity,
+    zero, one, false or integer for."""
+    lkey = _literal_key(ins)
+    rows["litrow"].append((gid, lkey))
+    value = _scalar_value(ins)
+    for op in _identity_of(ins, value):
+        rows["identlit"].append((lkey, op))
+    if ins.shape.dims == () and (ins.literal or "").strip() == "false":
+        rows["falselit"].append((lkey,))
+    if value is not None:
+        if value == 0:
+            rows["zerolit"].append((lkey,))
+        if value == 1:
+            rows["onelit"].append((lkey,))
+        if ins.shape.dtype[0] in "su" and value == int(value):
+            rows["litint"].append((lkey, int(value)))
+
+
+def _class_rows(rows: dict[str, list[tuple[object, ...]]], key: str, sig: Sig, ins: Instruction, opnd: list[Shape]) -> None:
+    """Which op classes a signature belongs to, for rules that match a class of operators."""
+    op = ins.opcode
+    if op in ("reshape", "transpose"):
+        rows["layoutop"].append((key,))
+    if op in POINTWISE:
+        rows["ew"].append((key, sig.pointwise_name()))
+    if op == "broadcast" and opnd[0].dims == ():
+        rows["scalarbcast"].append((key,))
+    if op in ("broadcast", "reshape", "convert", "copy") and (op != "broadcast" or opnd[0].dims == ()):
+        rows["fillop"].append((key,))
+    if op == "multiply":
+        rows["mulop"].append((key,))
+    if op == "add":
+        rows["addop"].append((key,))
+    if op == "dot":
+        rows["dotop"].append((key,))
+    if op == "slice":
+        rows["sliceblock"].extend(_slice_blocks(key, ins, opnd[0].dims))
+    if op == "compare" and ins.parsed.get("direction") == "NE" and opnd[0].dtype == "pred":
+        rows["prednefalse"].append((key,))
 
 
 def _with_direction(ins: Instruction, direction: str) -> Instruction:

@@ -88,7 +88,7 @@ def verify(spec: RelationSpec, baseline: Module, distributed: Module, sourcemap:
     segments = plan(base, dist, lambda i: i.metadata.op_name, sm.op_name, budget.layer_pattern) if budget.partition else None
     timings["partition"] = time.perf_counter() - t
     t = time.perf_counter()
-    g = build(spec, base, dist, rank_params, tables=not segments)
+    g = build(spec, base, dist, rank_params, with_rows=not segments)
     timings["build"] = time.perf_counter() - t
     if g.unsupported:
         u = g.unsupported[0]
