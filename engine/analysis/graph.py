@@ -81,7 +81,7 @@ ROW_TABLES = (
     "leafrow", "litrow", "urow", "brow", "trow", "vrow", "nilrow", "consrow", "rankrow", "commutative",
     "mirror", "layoutop", "ew", "scalarbcast", "litint", "zerolit", "intop", "intwiden", "cmpop",
     "orop", "boolconv", "selectop", "gathershard", "maskfor", "dsliceat", "identlit", "falselit",
-    "onelit", "fillop", "mulop", "addop", "prednefalse", "dotop", "sliceblock",
+    "onelit", "fillop", "mulop", "addop", "prednefalse", "dotop", "sliceblock", "intconv",
 )  # fmt: skip
 
 
@@ -167,7 +167,7 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
                 tables.distributed(sig, ins, bool(groups_ok))
     _mask_tables(rows, g)
     rows.update({k: sorted(v, key=repr) for k, v in tables.rows.items()})
-    for k in ("sliceblock", "fillop", "mulop", "addop", "prednefalse", "identlit", "litint", "zerolit", "intop", "intwiden", "cmpop", "orop", "boolconv", "selectop", "scalarbcast", "layoutop", "ew", "commutative"):
+    for k in ("intconv", "sliceblock", "fillop", "mulop", "addop", "prednefalse", "identlit", "litint", "zerolit", "intop", "intwiden", "cmpop", "orop", "boolconv", "selectop", "scalarbcast", "layoutop", "ew", "commutative"):
         rows[k] = sorted(set(rows[k]), key=repr)
     g.rows = rows
     return g
@@ -329,6 +329,9 @@ def _rank_tables(rows: dict[str, list[tuple[object, ...]]], side: str, node: Nod
         a = opnd[0].dtype
         if _widens(a, out_t):
             rows["intwiden"].append((key,))
+        if a in INT_BITS and out_t in INT_BITS:
+            bits = INT_BITS[out_t] - (1 if out_t[0] == "s" else 0)
+            rows["intconv"].append((key, (1 << min(bits, 62)) - 1))
         if (a == "pred" and out_t in INT_BITS) or (a in INT_BITS and out_t == "pred"):
             rows["boolconv"].append((key,))
     elif op == "compare" and opnd and opnd[0].dtype in INT_BITS:
