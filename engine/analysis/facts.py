@@ -31,7 +31,7 @@ class Facts:
 
 
 def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
-    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd"])
+    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask"])
     cls_of_value: dict[object, int] = {}
     classes: dict[int, int] = {}
     members: dict[int, list[int]] = {}
@@ -84,7 +84,7 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
         # Only sums over blocks of a sharded tensor relate to the baseline (x is the baseline).
         blocks = [str(e) for e in range(int(n)) if int(mask) >> e & 1]  # type: ignore[call-overload]
         add(x, z, f"sum of local blocks {{{','.join(blocks)}}} of {n} along dim {d}")
-    for name in ("shifted", "below0", "abovew", "outside", "clamped"):
+    for name in ("shifted", "below0", "abovew", "outside", "clamped", "vgather", "vmask"):
         for ids, xp, w in tables[name]:
             add(ids, xp, f"{name}(w={w})")
     bijections.sort(key=lambda b: (str(b["distributed"]), str(b["baseline"])))

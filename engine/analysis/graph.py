@@ -82,6 +82,7 @@ ROW_TABLES = (
     "mirror", "layoutop", "ew", "scalarbcast", "litint", "zerolit", "intop", "intwiden", "cmpop",
     "orop", "boolconv", "selectop", "gathershard", "maskfor", "dsliceat", "identlit", "falselit",
     "onelit", "fillop", "mulop", "addop", "prednefalse", "dotop", "sliceblock", "intconv",
+    "reshapeback", "transposeback",
 )  # fmt: skip
 
 
@@ -166,11 +167,37 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
             elif ins.opcode in COLLECTIVES:
                 tables.distributed(sig, ins, bool(groups_ok))
     _mask_tables(rows, g)
+    _round_trip_rows(rows, g)
     rows.update({k: sorted(v, key=repr) for k, v in tables.rows.items()})
     for k in ("intconv", "sliceblock", "fillop", "mulop", "addop", "prednefalse", "identlit", "litint", "zerolit", "intop", "intwiden", "cmpop", "orop", "boolconv", "selectop", "scalarbcast", "layoutop", "ew", "commutative"):
         rows[k] = sorted(set(rows[k]), key=repr)
     g.rows = rows
     return g
+
+
+def _round_trip_rows(rows: dict[str, list[tuple[object, ...]]], g: Graphs) -> None:
+    """Pairs of reshape (transpose) signatures where the second undoes the first."""
+    reshapes: dict[tuple[str, tuple[int, ...], tuple[int, ...]], set[str]] = {}
+    transposes: dict[tuple[str, tuple[int, ...], tuple[int, ...]], set[str]] = {}
+    for n in g.nodes:
+        if n.sig is None or n.ins.opcode not in ("reshape", "transpose"):
+            continue
+        (dtype, src), (_, dst) = n.sig.ins[0], n.sig.out
+        if n.ins.opcode == "reshape":
+            reshapes.setdefault((dtype, src, dst), set()).add(n.sig.key())
+        else:
+            perm = tuple(n.ins.parsed.get("dimensions", []))
+            transposes.setdefault((dtype, src, perm), set()).add(n.sig.key())
+    for (dtype, src, dst), firsts in reshapes.items():
+        for k1 in firsts:
+            for k2 in reshapes.get((dtype, dst, src), ()):
+                rows["reshapeback"].append((k1, k2))
+    for (dtype, src, perm), firsts in transposes.items():
+        inverse = tuple(sorted(range(len(perm)), key=perm.__getitem__))
+        mid = tuple(src[p] for p in perm)
+        for k1 in firsts:
+            for k2 in transposes.get((dtype, mid, inverse), ()):
+                rows["transposeback"].append((k1, k2))
 
 
 def _literal_rows(rows: dict[str, list[tuple[object, ...]]], gid: int, ins: Instruction) -> None:

@@ -17,7 +17,6 @@ class LayoutSolver:
     def __init__(self, c: int) -> None:
         self.c = c
         self.layouts: dict[str, Layout] = {}
-        self.answered: set[tuple[str, str, str, str]] = set()
 
     def _key(self, layout: Layout) -> str:
         if layout.is_identity():

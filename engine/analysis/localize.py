@@ -12,7 +12,7 @@ from .facts import Facts, ancestors, baseline_name, describe, group_text, relate
 from .graph import Graphs, Node
 from .ops import COLLECTIVES
 
-RANK_FAMILY = ("rank", "shifted", "below0", "abovew", "outside", "clamped")
+RANK_FAMILY = ("rank", "shifted", "below0", "abovew", "outside", "clamped", "vgather", "vmask")
 
 
 def localize(spec: RelationSpec, g: Graphs, facts: Facts, outputs: list[dict[str, Any]], douts: list[Instruction], sm: SourceMap) -> list[dict[str, Any]]:

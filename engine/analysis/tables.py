@@ -18,6 +18,7 @@ group size ``c``, computed here once per distinct signature and loaded as TSV ta
 ``lin1(k, op)``              unary k commutes with reducing over ranks by op.
 ``lin2(k, op)``              binary k: op-partials in both operands give an op-partial.
 ``lin2l(k, op)``/``lin2r``   binary k: op-partial in lhs (rhs) and a duplicate other operand.
+``catblocks(k, d, spec, kp)`` concatenate k along d of operands whose sizes are spec.
 ``blockslice(k, d, spec, kp)`` slice k takes exactly one block of the fused dim d (spec
                              lists the block sizes); kp takes that block's per-rank part.
 ``allreduce(k, op)``, ``allgather(k, d)``, ``reducescatter(k, d, op)``: collectives over the
@@ -143,6 +144,9 @@ class Tables:
             self._gather(sig, k, ins, ins_dims, out)
         elif op == "concatenate":
             cat = (ins.parsed.get("dimensions") or [0])[0]
+            sizes = [x[cat] for x in ins_dims]
+            if len(sizes) > 1 and all(n % c == 0 for n in sizes):
+                self.add("catblocks", k, cat, ",".join(map(str, sizes)), sig.with_dims([scale(x, cat, c) or x for x in ins_dims], scale(out, cat, c)).key())
             for d in range(len(out)):
                 if d != cat and all(x[d] == out[d] for x in ins_dims):
                     so = scale(out, d, c)
@@ -168,13 +172,16 @@ class Tables:
         # Block r along d of x is the contiguous run of flat indices
         # [a*T + r*T/c, a*T + (r+1)*T/c) for T = prod(src[d:]); it is block r along e of the
         # reshaped tensor iff the prefixes before d and e hold the same number of elements.
+        # When dim d maps whole onto dim e (only other dims are split or merged), any block
+        # order along d survives too, so fused-block sharding passes (moves1, not moves1p).
         c = self.c
         for d in range(len(src)):
             for e in range(len(out)):
                 if prod(src[:d]) == prod(out[:e]) and src[d] % c == 0 and out[e] % c == 0:
                     si, so = scale(src, d, c), scale(out, e, c)
                     if si and so:
-                        self.add("moves1p", k, d, e, sig.with_dims([si], so).key())
+                        table = "moves1" if src[d] == out[e] else "moves1p"
+                        self.add(table, k, d, e, sig.with_dims([si], so).key())
 
     def _slice(self, sig: Sig, k: str, ins: Instruction, src: Dims, out: Dims, block_specs: Iterable[tuple[int, ...]]) -> None:
         c = self.c

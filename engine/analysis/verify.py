@@ -303,6 +303,8 @@ def _saturate(session: Session, g: Graphs, solver: LayoutSolver, budget: Budget)
     """Run the rules; between runs answer the layout family's requests; repeat until quiet."""
     sigs = {n.sig.key(): n.sig for n in g.nodes if n.sig is not None}
     total = RunStats(0, False, 0.0)
+    # Per e-graph: an answer loaded into one e-graph is not in another (segments share solver).
+    answered: set[tuple[str, str, str, str]] = set()
     for _ in range(budget.layout_rounds):
         stats = session.run(budget.max_iterations - total.iterations, budget.seconds - total.seconds)
         total = RunStats(total.iterations + stats.iterations, stats.saturated, total.seconds + stats.seconds)
@@ -314,18 +316,18 @@ def _saturate(session: Session, g: Graphs, solver: LayoutSolver, budget: Budget)
         for table, side in (("lwant-d", "d"), ("lwant-b", "b")):
             for lkey, kind, k in wants[table]:
                 tag = (side, str(lkey), str(kind), str(k))
-                if tag in solver.answered:
+                if tag in answered:
                     continue
-                solver.answered.add(tag)
+                answered.add(tag)
                 fresh = True
                 step = solver.step(side, str(lkey), str(kind), sigs[str(k)])
                 if step is not None:
                     answers[f"lstep-{side}"].append((lkey, kind, k, *step))
         for lkey, k1, k2, kb, kd in wants["lwant-dot"]:
             tag = ("dot", str(lkey), str(k1), str(k2) + "|" + str(kb), str(kd))
-            if tag in solver.answered:
+            if tag in answered:
                 continue
-            solver.answered.add(tag)
+            answered.add(tag)
             fresh = True
             step = solver.dot_step(str(lkey), str(k1), str(k2), sigs[str(kb)], sigs[str(kd)])
             if step is not None:

@@ -187,6 +187,29 @@ def fold_noops(comp: Computation) -> Computation:
     return Computation(comp.name, kept, comp.is_entry, comp.loc)
 
 
+def unit_dim_broadcasts(comp: Computation) -> Computation:
+    """broadcast(reshape(y)) where the reshape only inserts size-1 dims becomes broadcast(y):
+    a size-1 operand dim can only map onto a size-1 result dim, which a new broadcast dim
+    fills the same way. Graphs that spell a per-rank extent of 1 with a reshape (one head per
+    rank) then meet the baseline's broadcast."""
+    comp = _clone(comp)
+    by = {i.name: i for i in comp.instructions}
+    for ins in comp.instructions:
+        if ins.opcode != "broadcast" or not ins.operands:
+            continue
+        src = by[ins.operands[0]]
+        if src.opcode != "reshape" or not src.operands:
+            continue
+        inner = by[src.operands[0]].shape.dims
+        kept = [i for i, d in enumerate(src.shape.dims) if d != 1]
+        if tuple(src.shape.dims[i] for i in kept) != tuple(inner) or len(kept) == src.shape.rank:
+            continue
+        dims = list(ins.parsed.get("dimensions", []))
+        ins.parsed = dict(ins.parsed, dimensions=[dims[i] for i in kept])
+        ins.operands = [src.operands[0]]
+    return comp
+
+
 def unmerge_batch_dots(comp: Computation) -> Computation:
     """dot(reshape(x), reshape(y)) whose one batch dim is the merge of x's and y's two leading
     dims becomes reshape(dot(x, y) with two batch dims). Both graphs merge heads into the batch
@@ -253,7 +276,7 @@ def normalize(module: Module, tokens: frozenset[str] = frozenset()) -> Module:
     module.computations = dict(module.computations)
     classify_reducers(module)
     entry = strip_tokens(module.entry, tokens)
-    for step in (split_tuples, fold_noops, unmerge_batch_dots, fold_noops, dce):
+    for step in (split_tuples, fold_noops, unit_dim_broadcasts, unmerge_batch_dots, fold_noops, dce):
         entry = step(entry)
     module.computations[module.entry_name] = entry
     return module
