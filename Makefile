@@ -12,13 +12,26 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[frontend,bot,dev]'
 	touch $(STAMP)
 
+# The bot's test tools: Prism with GitHub's REST description (contract tests), marked (GFM
+# previews) and Chromium (trace.html and the review rendered to PNG). The tests need them and
+# fail without them.
+TOOLS := .tools
+TOOLS_STAMP := $(TOOLS)/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+$(TOOLS_STAMP):
+	npm install --no-audit --no-fund --prefix $(TOOLS) @stoplight/prism-cli@5.14.2 @octokit/openapi@23.0.2 marked@15.0.12
+	command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+	  { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends chromium; }
+	touch $(TOOLS_STAMP)
+
 .PHONY: install test example lint
-install: $(STAMP)
+install: $(STAMP) $(TOOLS_STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: $(STAMP) lint
+test: $(STAMP) $(TOOLS_STAMP) lint
 	PJRT_DEVICE=CPU $(BIN)/python -m pytest -q
 
 example: $(STAMP)

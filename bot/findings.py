@@ -1,0 +1,346 @@
+"""From a run's result document to findings, and from findings to where they are reported.
+
+The bot does no analysis: a finding is one divergence the verifier reported, with the source
+frames it names. This module decides only *where* each one is shown — as an inline comment on a
+changed line, as a line annotation, or in the review body — following a reviewdog-style filter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from .diff import FILTER_MODES, DiffIndex
+
+STATUSES = ("verified", "diverged", "unsupported", "inconclusive", "build-failed")
+FAIL_ON = ("diverged", "unsupported", "never")
+
+
+@dataclass(frozen=True)
+class Frame:
+    path: str  # repository-relative, posix
+    line: int
+    function: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+@dataclass
+class Model:
+    """One declared model of the run, as the front end reported it."""
+
+    name: str
+    status: str
+    seconds: float | None = None
+    build: dict[str, Any] = field(default_factory=dict)
+    result: dict[str, Any] | None = None
+    artifacts: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def outputs_ok(self) -> tuple[int, int]:
+        outs = (self.result or {}).get("outputs") or []
+        return sum(1 for o in outs if o.get("ok")), len(outs)
+
+    @property
+    def reason(self) -> str:
+        if self.status == "build-failed":
+            return str(self.build.get("error") or "the model could not be built")
+        return str((self.result or {}).get("reason") or "")
+
+
+@dataclass
+class Finding:
+    model: str
+    divergence: dict[str, Any]
+    frames: list[Frame]  # innermost first; empty when the source is unknown or outside the repo
+    traces: list[dict[str, Any]]  # the result's trace entries for the outputs this feeds
+    expected: dict[int, dict[str, Any]]  # output index -> the result's outputs[] entry
+    bijections: list[dict[str, Any]]
+    fingerprint: str = ""
+    anchor: Frame | None = None  # where an inline comment goes (a commentable line)
+    annotate: Frame | None = None  # where a line annotation goes (passes the filter)
+    placement: str = "body"  # inline | body
+    why: str = ""  # why it is where it is: a code that templates/messages.j2 puts in words
+    why_arg: str = ""
+    comment_url: str | None = None  # an existing inline comment carrying it
+
+    @property
+    def source(self) -> Frame | None:
+        return self.frames[0] if self.frames else None
+
+    @property
+    def instruction(self) -> str:
+        return str(self.divergence.get("instruction", ""))
+
+    @property
+    def cause(self) -> str:
+        return str(self.divergence.get("cause", ""))
+
+
+@dataclass
+class Run:
+    """A whole run: the models and where their files live."""
+
+    models: list[Model]
+    config: str = ""
+    repository_root: str = "."
+    base_dir: Path = field(default_factory=Path)  # directory of result.json; artifacts resolve here
+    error: str | None = None  # the runner itself failed
+
+    @property
+    def counts(self) -> dict[str, int]:
+        c = dict.fromkeys(STATUSES, 0)
+        for m in self.models:
+            c[m.status] = c.get(m.status, 0) + 1
+        return c
+
+    def overall(self) -> str:
+        """The run in one word: error beats diverged beats unsupported beats verified."""
+        c = self.counts
+        if self.error or c["build-failed"]:
+            return "error"
+        if c["diverged"]:
+            return "diverged"
+        if c["unsupported"] or c["inconclusive"]:
+            return "unsupported"
+        return "verified" if self.models else "error"
+
+
+def load_run(doc: dict[str, Any], base_dir: Path | None = None) -> Run:
+    """Read the runner's result document; a bare ``shardproof check --json`` result also works."""
+    if "models" not in doc and "verdict" in doc:
+        name = Path(str((doc.get("inputs") or {}).get("distributed", "model"))).parent.name or "model"
+        doc = {"version": 1, "config": "", "models": [{"name": name, "status": doc["verdict"], "result": doc, "artifacts": dict(doc.get("inputs") or {})}]}
+    models = []
+    for m in doc.get("models") or []:
+        status = str(m.get("status") or (m.get("result") or {}).get("verdict") or "build-failed")
+        if status not in STATUSES:
+            status = "build-failed" if m.get("result") is None else str(m["result"].get("verdict"))
+        models.append(Model(str(m.get("name", "?")), status, m.get("seconds"), dict(m.get("build") or {}), m.get("result"), {str(k): str(v) for k, v in (m.get("artifacts") or {}).items() if v is not None}))
+    return Run(models, str(doc.get("config", "")), str(doc.get("repository_root", ".")), base_dir or Path(), doc.get("error"))
+
+
+def load_run_file(path: Path) -> Run:
+    return load_run(json.loads(path.read_text()), path.parent)
+
+
+def repo_path(file: str, repository_root: str = ".", workspace: str | None = None) -> str | None:
+    """A source file as a repository-relative posix path, or None when it lies outside the repo."""
+    if not file:
+        return None
+    p = file.replace("\\", "/")
+    if p.startswith("/"):
+        if not workspace:
+            return None
+        ws = workspace.replace("\\", "/").rstrip("/") + "/"
+        if not p.startswith(ws):
+            return None
+        p = p[len(ws):]
+    else:
+        p = posixpath.join(repository_root.replace("\\", "/"), p)
+    p = posixpath.normpath(p)
+    if p.startswith("../") or p == ".." or p == ".":
+        return None
+    return p
+
+
+def resolve_artifact(run: Run, path: str) -> Path | None:
+    """Artifacts are named relative to result.json's directory or to the repository root.
+
+    A result file may come from an untrusted workflow (the fork split), so a path that leaves
+    those directories is ignored rather than read.
+    """
+    p = Path(path)
+    for base in (run.base_dir, Path(run.repository_root), Path()):
+        cand = (p if p.is_absolute() else base / p).resolve()
+        if any(cand.is_relative_to(root.resolve()) for root in (run.base_dir, Path())) and cand.is_file():
+            return cand
+    return None
+
+
+def _sourcemap_frames(run: Run, model: Model, cache: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    path = model.artifacts.get("sourcemap")
+    if not path:
+        return {}
+    if path not in cache:
+        resolved = resolve_artifact(run, path)
+        try:
+            cache[path] = json.loads(resolved.read_text()).get("instructions", {}) if resolved else {}
+        except (OSError, ValueError, AttributeError):
+            cache[path] = {}
+    return cache[path]
+
+
+_NAME = re.compile(r"%[\w.\-]+")
+
+
+def _fingerprint_key(model: str, d: dict[str, Any], frame: Frame | None) -> str:
+    # Instruction names renumber whenever the HLO changes, and line numbers shift with unrelated
+    # edits above; neither may make a finding look new. File, function, opcode and the cause in
+    # words (names elided) identify it.
+    cause = _NAME.sub("%", str(d.get("cause", "")))
+    where = f"{frame.path}\0{frame.function}" if frame else "\0"
+    return "\0".join((model, where, str(d.get("opcode", "")), cause))
+
+
+def collect(run: Run, workspace: str | None = None) -> list[Finding]:
+    """Every divergence of every model, in a stable order, fingerprinted."""
+    findings: list[Finding] = []
+    maps: dict[str, dict[str, Any]] = {}
+    for model in run.models:
+        res = model.result or {}
+        traces = {t.get("output"): t for t in res.get("trace") or []}
+        outputs = {o.get("index"): o for o in res.get("outputs") or []}
+        for d in res.get("divergences") or []:
+            frames: list[Frame] = []
+            src = d.get("source") or {}
+            p = repo_path(str(src.get("file") or ""), run.repository_root, workspace)
+            if p and int(src.get("line") or 0) > 0:
+                frames.append(Frame(p, int(src["line"]), str(src.get("function") or "")))
+            entry = _sourcemap_frames(run, model, maps).get(str(d.get("instruction", "")).lstrip("%"))
+            for f in (entry or {}).get("frames", []) if isinstance(entry, dict) else []:
+                fp = repo_path(str(f.get("file") or ""), run.repository_root, workspace)
+                fr = Frame(fp, int(f.get("line") or 0), str(f.get("function") or "")) if fp else None
+                if fr and fr.line > 0 and all((fr.path, fr.line) != (x.path, x.line) for x in frames):
+                    frames.append(fr)
+            feeds = [int(i) for i in d.get("outputs") or []]
+            names = {d.get("instruction")} | {o.get("instruction") for o in d.get("operands") or []}
+            findings.append(Finding(
+                model=model.name,
+                divergence=d,
+                frames=frames,
+                traces=[traces[i] for i in feeds if i in traces],
+                expected={i: outputs[i] for i in feeds if i in outputs},
+                bijections=[b for b in res.get("bijections") or [] if b.get("distributed") in names],
+            ))
+    seen: dict[str, int] = {}
+    for f in sorted(findings, key=lambda f: (f.model, str(f.source or ""), f.source.line if f.source else 0, f.instruction)):
+        key = _fingerprint_key(f.model, f.divergence, f.source)
+        k = seen[key] = seen.get(key, -1) + 1
+        f.fingerprint = hashlib.sha256(f"{key}\0{k}".encode()).hexdigest()[:16]
+    return findings
+
+
+@dataclass
+class Placement:
+    inline: list[list[Finding]]  # groups, one inline comment per commentable line
+    body: list[Finding]  # everything that is not inline in this review
+    annotations: list[Finding]  # findings with a line annotation (check run / workflow command)
+    already: list[Finding]  # inline comments from an earlier run still carry these
+
+
+def place(findings: Sequence[Finding], diff: DiffIndex | None, mode: str, max_inline: int, existing: Iterable[str] = (), existing_urls: dict[str, str] | None = None) -> Placement:
+    """Decide where each finding is reported. Never loses one: what is not inline is in the body.
+
+    An inline anchor must (1) pass the filter mode and (2) be a commentable line of the diff — a
+    review with any other anchor is rejected whole. The innermost source frame that qualifies
+    wins; an outer frame (a caller changed in this pull request) is the fallback.
+    """
+    if mode not in FILTER_MODES:
+        raise ValueError(f"unknown filter mode {mode!r} (one of {', '.join(FILTER_MODES)})")
+    existing = set(existing)
+    urls = existing_urls or {}
+    groups: dict[tuple[str, int], list[Finding]] = {}
+    body: list[Finding] = []
+    annotations: list[Finding] = []
+    already: list[Finding] = []
+    for f in findings:
+        f.anchor = f.annotate = None
+        f.comment_url = urls.get(f.fingerprint)
+        if not f.frames:
+            f.placement, f.why = "body", "no_source"
+            body.append(f)
+            continue
+        if diff is None:
+            # No diff (push, or the file list could not be read): nothing is inline, and line
+            # annotations fall back to the innermost frame so no finding goes unlocated.
+            f.annotate = f.frames[0]
+            annotations.append(f)
+            f.placement, f.why = "body", "no_diff"
+            body.append(f)
+            continue
+        f.annotate = next((fr for fr in f.frames if diff.passes(fr.path, fr.line, mode)), None)
+        if f.annotate:
+            annotations.append(f)
+        f.anchor = next((fr for fr in f.frames if diff.passes(fr.path, fr.line, mode) and diff.commentable(fr.path, fr.line)), None)
+        if f.anchor is None:
+            f.placement = "body"
+            f.why = _why_not_inline(f, diff, mode)
+            body.append(f)
+            continue
+        if f.fingerprint in existing:
+            f.placement, f.why = "inline", "already"
+            already.append(f)
+            continue
+        groups.setdefault((f.anchor.path, f.anchor.line), []).append(f)
+    inline: list[list[Finding]] = []
+    for key in sorted(groups):
+        if len(inline) < max_inline:
+            for f in groups[key]:
+                f.placement, f.why = "inline", ""
+            inline.append(groups[key])
+        else:
+            for f in groups[key]:
+                f.anchor = None
+                f.placement, f.why, f.why_arg = "body", "over_limit", str(max_inline)
+                body.append(f)
+    return Placement(inline, body, annotations, already)
+
+
+def _why_not_inline(f: Finding, diff: DiffIndex, mode: str) -> str:
+    src = f.frames[0]
+    fd = diff.get(src.path)
+    if fd is None:
+        return "not_in_pr"
+    if fd.status == "removed":
+        return "file_removed"
+    if not fd.has_patch:
+        return "no_patch"
+    if fd.commentable(src.line) and mode == "added":
+        return "context_only"
+    return "outside_hunks"
+
+
+def move_all_to_body(placement: Placement) -> Placement:
+    """The 422 fallback: the same findings, none inline."""
+    body = list(placement.body)
+    for group in placement.inline:
+        for f in group:
+            f.placement, f.why, f.anchor = "body", "refused", None
+            body.append(f)
+    return Placement([], body, placement.annotations, placement.already)
+
+
+def gate(run: Run, fail_on: str) -> tuple[str, int]:
+    """Commit-status state and exit code.
+
+    The state is honest whatever the exit policy: ``error`` when a model (or the runner) could not
+    be built, ``failure`` when a model diverged — or is unsupported/inconclusive and fail-on is
+    ``unsupported``. ``fail-on`` decides the exit code: diverged → 1 on divergence or error;
+    unsupported → also on unsupported/inconclusive; never → 0.
+    """
+    if fail_on not in FAIL_ON:
+        raise ValueError(f"unknown fail-on {fail_on!r} (one of {', '.join(FAIL_ON)})")
+    overall = run.overall()
+    if overall == "error":
+        state = "error"
+    elif overall == "diverged" or (overall == "unsupported" and fail_on == "unsupported"):
+        state = "failure"
+    else:
+        state = "success"
+    code = 0 if fail_on == "never" or state == "success" else 1
+    return state, code
+
+
+def relative_posix(path: Path, start: Path) -> str:
+    try:
+        return PurePosixPath(path.resolve().relative_to(start.resolve())).as_posix()
+    except ValueError:
+        return path.as_posix()
