@@ -20,8 +20,25 @@ BINARY_POINTWISE = frozenset(
 )  # fmt: skip
 TERNARY_POINTWISE = frozenset({"select", "clamp"})
 COMMUTATIVE = frozenset({"add", "multiply", "maximum", "minimum", "and", "or", "xor"})
-# Non-decreasing unary maps commute with max over ranks: max_r f(a_r) = f(max_r a_r).
-MONOTONE = frozenset({"exponential", "log", "sqrt", "tanh", "logistic", "convert", "copy", "cbrt", "exponential-minus-one", "log-plus-one", "floor", "ceil"})
+# Unary maps that are non-decreasing on every input commute with max (and min) over ranks:
+# max_r f(a_r) = f(max_r a_r). Not sqrt/log/log-plus-one (NaN below their domain breaks it) and
+# not convert in general (pred and wrapping int converts are not monotone): see
+# monotone_convert for the converts that are.
+MONOTONE = frozenset({"exponential", "tanh", "logistic", "copy", "cbrt", "exponential-minus-one", "floor", "ceil"})
+FLOAT_TYPES = frozenset({"f16", "bf16", "f32", "f64", "f8e5m2", "f8e4m3fn"})
+INT_WIDTHS = {"s8": 8, "s16": 16, "s32": 32, "s64": 64, "u8": 8, "u16": 16, "u32": 32, "u64": 64}
+
+
+def monotone_convert(src: str, dst: str) -> bool:
+    """Converts that never reverse an order: float→float and int→float round monotonically;
+    int→int only when every value fits (no wrap-around)."""
+    if dst in FLOAT_TYPES:
+        return src in FLOAT_TYPES or src in INT_WIDTHS
+    if src in INT_WIDTHS and dst in INT_WIDTHS:
+        if src[0] == dst[0]:
+            return INT_WIDTHS[dst] >= INT_WIDTHS[src]
+        return src[0] == "u" and dst[0] == "s" and INT_WIDTHS[dst] > INT_WIDTHS[src]
+    return False
 SHAPE_OPS = frozenset({"reshape", "transpose", "broadcast", "slice", "pad", "concatenate", "reverse"})
 STRUCTURED = frozenset({"dot", "reduce", "gather", "dynamic-slice", "dynamic-update-slice", "iota", "constant", "parameter", "custom-call", "scatter"})
 COLLECTIVES = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute"})

@@ -31,7 +31,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from ..ir import Instruction
-from .ops import BINARY_POINTWISE, MONOTONE, TERNARY_POINTWISE, UNARY_POINTWISE
+from .ops import BINARY_POINTWISE, MONOTONE, TERNARY_POINTWISE, UNARY_POINTWISE, monotone_convert
 from .signature import Dims, Sig, prod, scale
 
 Row = tuple[object, ...]
@@ -60,7 +60,7 @@ class Tables:
                     self.add("moves1", k, d, d, sig.with_dims([s], s).key())
             if op in ("negate", "copy"):
                 self.add("lin1", k, "add")
-            if op in MONOTONE:
+            if op in MONOTONE or (op == "convert" and monotone_convert(sig.ins[0][0], sig.out[0])):
                 self.add("lin1", k, "max")
                 self.add("lin1", k, "min")
         elif op in BINARY_POINTWISE:
