@@ -72,7 +72,7 @@ def load_relations(path: str | Path) -> RelationSpec:
     except OSError as e:
         raise InputError(p, "", f"cannot read relations file: {e.strerror}") from e
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{mark.line + 1}:{mark.column + 1}" if mark else ""

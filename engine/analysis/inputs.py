@@ -7,13 +7,25 @@ from ..ir import Instruction, Module
 from ..relations import Binding, RelationSpec
 
 
-def param(module: Module, ref: int | str, key: str, side: str, path: str) -> Instruction:
+def param_index(module: Module) -> dict[int | str, Instruction]:
+    """Parameters by number and by name: one scan, for thousands of bindings to look up."""
+    index: dict[int | str, Instruction] = {}
+    for p in module.entry.instructions:
+        if p.opcode == "parameter":
+            if p.parameter_number is not None:
+                index[p.parameter_number] = p
+            index[p.name.lstrip("%")] = p
+    return index
+
+
+def param(module: Module, ref: int | str, key: str, side: str, path: str, index: dict[int | str, Instruction] | None = None) -> Instruction:
+    found = (index if index is not None else param_index(module)).get(ref if isinstance(ref, int) else ref.lstrip("%"))
+    if found is not None:
+        return found
     params = module.entry.parameters
-    for p in params:
-        if (isinstance(ref, int) and p.parameter_number == ref) or (isinstance(ref, str) and p.name.lstrip("%") == ref.lstrip("%")):
-            return p
-    have = ", ".join(f"{p.parameter_number}:{p.name} {p.shape}" for p in params)
-    raise InputError(path, f"{key}.{side}", f"no parameter {ref!r} in the {side} entry computation (it has {have})")
+    listed = ", ".join(f"{p.parameter_number}:{p.name} {p.shape}" for p in params[:40])
+    more = ", ..." if len(params) > 40 else ""
+    raise InputError(path, f"{key}.{side}", f"no parameter {ref!r} in the {side} entry computation (it has {listed}{more})")
 
 
 def outputs(module: Module) -> list[Instruction]:
@@ -29,9 +41,10 @@ def check_inputs(spec: RelationSpec, base: Module, dist: Module) -> tuple[list[t
     bound: list[tuple[Binding, Instruction | None, Instruction]] = []
     rank_params: set[str] = set()
     seen: dict[str, str] = {}
+    base_index, dist_index = param_index(base), param_index(dist)
     for b in spec.inputs:
         assert b.distributed is not None
-        dp = param(dist, b.distributed, b.key, "distributed", spec.path)
+        dp = param(dist, b.distributed, b.key, "distributed", spec.path, dist_index)
         if dp.name in seen:
             raise InputError(spec.path, b.key, f"distributed parameter {dp.name} is already bound by {seen[dp.name]}")
         seen[dp.name] = b.key
@@ -46,7 +59,7 @@ def check_inputs(spec: RelationSpec, base: Module, dist: Module) -> tuple[list[t
             pass
         else:
             assert b.baseline is not None
-            bp = param(base, b.baseline, b.key, "baseline", spec.path)
+            bp = param(base, b.baseline, b.key, "baseline", spec.path, base_index)
             _check_shapes(spec.path, b, bp, dp, c)
         bound.append((b, bp, dp))
     missing = [p for p in dist.entry.parameters if p.name not in seen]
