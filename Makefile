@@ -1,5 +1,5 @@
 # Two commands set everything up on a fresh machine (Python 3.11 + make):
-#   make example   build the venv if needed, then verify the bundled example pairs
+#   make example   build the venv if needed, then build and check examples/.shardproof.yml
 #   make test      build the venv if needed, then lint and run the whole test suite
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -35,4 +35,4 @@ test: $(STAMP) $(TOOLS_STAMP) lint
 	PJRT_DEVICE=CPU $(BIN)/python -m pytest -q
 
 example: $(STAMP)
-	bash examples/check-examples.sh $(BIN)/shardproof
+	PJRT_DEVICE=CPU $(BIN)/shardproof run --config examples/.shardproof.yml

@@ -229,12 +229,18 @@ def _element_type(shape: dict[str, Any]) -> str:
     return str(shape.get("elementType", "")).lower()
 
 
-def _walk_frames(frame_id: int, index: dict[str, Any]) -> list[tuple[str, int, str]]:
+def _resolved_files(index: dict[str, Any]) -> list[str]:
+    """The index's file names; absolute ones resolved, so a repository reached through a
+    symlink still counts."""
+    return [os.path.realpath(f) if f.startswith("/") else f for f in index.get("fileNames", [])]
+
+
+def _walk_frames(frame_id: int, index: dict[str, Any], files: list[str] | None = None) -> list[tuple[str, int, str]]:
     """(file, line, function) from the innermost frame outwards; ids in the proto are 1-based.
 
-    Absolute file names are resolved, so a repository reached through a symlink still counts.
+    ``files`` is ``_resolved_files(index)``, computed once per module by the caller.
     """
-    files = [os.path.realpath(f) if f.startswith("/") else f for f in index.get("fileNames", [])]
+    files = files if files is not None else _resolved_files(index)
     functions = index.get("functionNames", [])
     locations = index.get("fileLocations", [])
     frames = index.get("stackFrames", [])
@@ -279,11 +285,39 @@ def capture(
     for match in _OP_NAME_RE.finditer(raw_text):
         numbering.learn(match.group(1))
     text = _OP_NAME_RE.sub(lambda m: f'op_name="{numbering.apply(m.group(1))}"', raw_text)
-    text = _SOURCE_FILE_RE.sub(lambda m: f'source_file="{portable_path(m.group(1), root)}"', text)
+    shown: dict[str, str] = {}
+
+    def show(path: str) -> str:
+        if path not in shown:
+            shown[path] = portable_path(path, root)
+        return shown[path]
+
+    text = _SOURCE_FILE_RE.sub(lambda m: f'source_file="{show(m.group(1))}"', text)
     if not text.endswith("\n"):
         text += "\n"
 
     frame_index = module.get("stackFrameIndex", {})
+    files = _resolved_files(frame_index)
+    # Instructions share stack frames (every op of a layer's line, say): resolve each frame
+    # chain and each file once, not once per instruction.
+    kept_files: dict[str, str | None] = {}
+    chains: dict[int, list[dict[str, Any]]] = {}
+
+    def user_file(file_name: str) -> str | None:
+        if file_name not in kept_files:
+            keep = is_repository_file(file_name, root) and file_name not in excluded
+            kept_files[file_name] = portable_path(file_name, root) if keep else None
+        return kept_files[file_name]
+
+    def user_frames(frame_id: int) -> list[dict[str, Any]]:
+        if frame_id not in chains:
+            chains[frame_id] = [
+                {"file": shown, "line": line, "function": function}
+                for file_name, line, function in _walk_frames(frame_id, frame_index, files)
+                if (shown := user_file(file_name)) is not None
+            ]
+        return chains[frame_id]
+
     instructions: dict[str, Any] = {}
     parameter_shapes: dict[int, tuple[str, tuple[int, ...]]] = {}
     entry_id = module.get("entryComputationId")
@@ -298,15 +332,8 @@ def capture(
             metadata = instruction.get("metadata")
             if not metadata:
                 continue
-            frames = [
-                {"file": portable_path(file_name, root), "line": line, "function": function}
-                for file_name, line, function in _walk_frames(
-                    int(metadata.get("stackFrameId", 0)), frame_index
-                )
-                if is_repository_file(file_name, root) and file_name not in excluded
-            ]
             instructions[instruction["name"]] = {
-                "frames": frames,
+                "frames": user_frames(int(metadata.get("stackFrameId", 0))),  # shared, never mutated
                 "op_name": numbering.apply(metadata.get("opName", "")),
             }
     sourcemap = {"version": SOURCEMAP_VERSION, "instructions": instructions}

@@ -43,8 +43,10 @@ class Input:
 
     ``shape`` is the whole (baseline) shape; with ``shard=d`` every rank receives the r-th of
     ``c`` equal pieces along ``d`` (sequence parallelism: the sequence dim), otherwise every
-    rank receives all of it. ``int_range`` bounds integer inputs (token ids in ``[0, vocab)``),
-    which rules such as the vocab-parallel embedding rely on.
+    rank receives all of it. ``blocks`` (with ``shard``) splits dim ``d`` into blocks of these
+    sizes, each sharded on its own (a fused weight passed as an input). ``int_range`` bounds
+    integer inputs (token ids in ``[0, vocab)``), which rules such as the vocab-parallel
+    embedding rely on.
     """
 
     name: str
@@ -52,6 +54,7 @@ class Input:
     dtype: str = "float32"
     shard: int | None = None
     int_range: tuple[int, int] | None = None
+    blocks: tuple[int, ...] = ()
 
 
 @dataclass
@@ -66,8 +69,9 @@ class Model:
     ``{"shard": dim}``. Parameters matched by no entry must have the same shape on both sides
     and are replicated.
     ``outputs``: the expected relation of each output (``"replicate"``, ``"partial"``,
-    ``{"shard": dim}``, ``{"like": "<parameter path>"}`` for a parameter-shaped output such as
-    an updated weight); default: every output replicated. ``.shardproof.yml`` may override it.
+    ``{"shard": dim}`` (optionally with ``"blocks"``), ``{"like": "<parameter path>"}`` for a
+    parameter-shaped output such as an updated weight); default: every output replicated.
+    ``.shardproof.yml`` may override it.
     """
 
     baseline: Any

@@ -12,6 +12,7 @@ Schema ignores unknown keywords.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from dataclasses import dataclass
@@ -143,16 +144,22 @@ def _check(value: Any, schema: dict[str, Any], root: dict[str, Any], path: Path)
                 errors += _check(item, schema["items"], root, (*path, index))
     if isinstance(value, dict):
         properties = schema.get("properties", {})
+        extra = schema.get("additionalProperties", True)
+        # Unknown keys first: a misspelt key also makes a required one look missing, and the
+        # misspelling is the message that helps.
+        if extra is False:
+            for key in value:
+                if key not in properties:
+                    known = ", ".join(sorted(properties))
+                    close = difflib.get_close_matches(str(key), list(properties), n=1)
+                    hint = f"did you mean '{close[0]}'? " if close else ""
+                    errors.append(SchemaError((*path, key), f"unknown key; {hint}expected one of {known}"))
         for key in schema.get("required", []):
             if key not in value:
                 errors.append(SchemaError(path, f"missing required key '{key}' ({_expected(_resolve(properties.get(key, {}), root))})"))
-        extra = schema.get("additionalProperties", True)
         for key, item in value.items():
             if key in properties:
                 errors += _check(item, properties[key], root, (*path, key))
-            elif extra is False:
-                known = ", ".join(sorted(properties))
-                errors.append(SchemaError((*path, key), f"unknown key; expected one of {known}"))
             elif isinstance(extra, dict):
                 errors += _check(item, extra, root, (*path, key))
     return errors

@@ -1,0 +1,278 @@
+"""``.shardproof.yml``: the test models a repository declares.
+
+Loading never imports torch. Every error is an :class:`InputError` naming the file, the line,
+the key path (``models[3].tp``) and what was expected, whether it comes from the JSON Schema
+shipped with the package (``shardproof.schema.json``) or from a check the schema cannot say
+(unique names, groups of equal size, a compilable layer pattern).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import InputError
+from .schema import key_text, validate
+
+DEFAULT_TIMEOUT = 300.0
+DEFAULT_MEMORY_MB = 16384
+CONFIG_NAME = ".shardproof.yml"
+
+
+@dataclass
+class ModelConfig:
+    """One declared model with the defaults applied."""
+
+    name: str
+    entry: str
+    groups: list[list[int]]
+    key: str  # "models[3]", for messages
+    line: int | None = None
+    key_lines: dict[str, int] = field(default_factory=dict)  # "entry", "size.hidden" -> line
+    size: dict[str, Any] = field(default_factory=dict)
+    own_size: list[str] = field(default_factory=list)  # knobs set by the model itself
+    variant: str | None = None
+    expect: str | None = None
+    outputs: list[Any] | None = None
+    timeout: float = DEFAULT_TIMEOUT
+    memory_mb: int = DEFAULT_MEMORY_MB
+    layer_pattern: str | None = None
+    verify: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    description: str = ""
+    reference: str = ""
+
+    @property
+    def tp(self) -> int:
+        return len(self.groups[0])
+
+
+@dataclass
+class Config:
+    path: Path  # absolute
+    root: Path  # absolute repository root
+    python_path: list[Path]
+    hide_frames: list[str]
+    models: list[ModelConfig]
+
+    def where(self, model: ModelConfig, key: str) -> str:
+        """``file:line: models[3].entry`` for messages about ``key`` of ``model``."""
+        line = model.key_lines.get(key) or model.key_lines.get(key.split(".")[0]) or model.line
+        return f"{self.display_path}:{line}: {model.key}.{key}" if line else f"{self.display_path}: {model.key}.{key}"
+
+    def relative(self, path: Path | str) -> str:
+        """``path`` relative to the repository root when inside it, else as given."""
+        p = Path(path).absolute()
+        try:
+            return p.relative_to(self.root).as_posix()
+        except ValueError:
+            return str(p)
+
+    @property
+    def display_path(self) -> str:
+        return self.relative(self.path)
+
+    def select(self, names: list[str] | None) -> list[ModelConfig]:
+        """The models named (in config order), or all; an unknown name is a usage error."""
+        if not names:
+            return list(self.models)
+        known = {m.name for m in self.models}
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise InputError(self.display_path, "models", f"no model named {', '.join(unknown)}; declared: {', '.join(m.name for m in self.models)}")
+        wanted = set(names)
+        return [m for m in self.models if m.name in wanted]
+
+
+def find_config(start: Path | None = None) -> Path:
+    """``.shardproof.yml`` in ``start`` or the nearest folder above it."""
+    here = (start or Path.cwd()).absolute()
+    for folder in (here, *here.parents):
+        candidate = folder / CONFIG_NAME
+        if candidate.is_file():
+            return candidate
+    raise InputError(str(start or "."), "", f"no {CONFIG_NAME} here or in any parent folder (use --config)")
+
+
+def git_root(start: Path) -> Path | None:
+    for folder in (start, *start.parents):
+        if (folder / ".git").exists():
+            return folder
+    return None
+
+
+def load_config(path: Path | str) -> Config:
+    path = Path(path).absolute()
+    shown = _shown(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise InputError(shown, "", f"cannot read the configuration: {e.strerror}") from e
+    try:
+        data = yaml.safe_load(text)
+        lines = _key_lines(yaml.compose(text, Loader=yaml.SafeLoader))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{mark.line + 1}:{mark.column + 1}" if mark else ""
+        raise InputError(shown, where, f"not valid YAML: {getattr(e, 'problem', None) or e}") from e
+    return parse_config(data, path, lines)
+
+
+def parse_config(data: Any, path: Path, lines: dict[tuple[str | int, ...], int] | None = None) -> Config:
+    """Check ``data`` (the parsed YAML of ``path``) and apply defaults."""
+    lines = lines or {}
+    shown = _shown(path)
+
+    def fail(key_path: tuple[str | int, ...], message: str) -> InputError:
+        line = _line_of(lines, key_path)
+        key = key_text(key_path)
+        where = str(line) if line else ""
+        return InputError(shown, where, f"{key}: {message}" if key else message)
+
+    errors = validate(data)
+    if errors:
+        first = errors[0]
+        raise fail(first.path, first.message)
+    assert isinstance(data, dict)
+    root = _root(data, path, fail)
+    python_path = []
+    for index, folder in enumerate(data.get("python_path", ["."])):
+        resolved = (path.parent / folder).resolve()
+        if not resolved.is_dir():
+            raise fail(("python_path", index), f"expected a folder relative to {path.name}; {folder!r} does not exist")
+        python_path.append(resolved)
+    for index, pattern in enumerate(data.get("hide_frames", [])):
+        if pattern.startswith("/") or ".." in Path(pattern).parts:
+            raise fail(("hide_frames", index), f"expected a glob relative to the repository root, got {pattern!r}")
+    defaults = data.get("defaults", {})
+    _check_settings(defaults, ("defaults",), fail)
+    models: list[ModelConfig] = []
+    seen: dict[str, int] = {}
+    for index, raw in enumerate(data["models"]):
+        key_path: tuple[str | int, ...] = ("models", index)
+        if raw["name"] in seen:
+            raise fail((*key_path, "name"), f"expected a unique name; {raw['name']!r} is also models[{seen[raw['name']]}]")
+        seen[raw["name"]] = index
+        _check_settings(raw, key_path, fail)
+        merged = copy.deepcopy(defaults)
+        for key, value in raw.items():
+            if key in ("size", "env", "verify"):
+                merged[key] = {**merged.get(key, {}), **value}
+            elif key in ("tp", "groups"):
+                # A model's own degree replaces the default one, whichever way either is given.
+                merged.pop("tp", None)
+                merged.pop("groups", None)
+                merged[key] = value
+            else:
+                merged[key] = value
+        if "tp" in merged:
+            groups = [list(range(merged["tp"]))]
+        elif "groups" in merged:
+            groups = merged["groups"]
+        else:
+            raise fail(key_path, "expected 'tp' or 'groups' (in the model or in defaults)")
+        models.append(
+            ModelConfig(
+                name=merged["name"],
+                entry=merged["entry"],
+                groups=groups,
+                key=key_text(key_path),
+                line=_line_of(lines, key_path),
+                key_lines={key_text(p[2:]): n for p, n in lines.items() if p[:2] == key_path and len(p) > 2},
+                size=dict(merged.get("size", {})),
+                own_size=sorted(raw.get("size", {})),
+                variant=merged.get("variant"),
+                expect=merged.get("expect"),
+                outputs=merged.get("outputs"),
+                timeout=float(merged.get("timeout", DEFAULT_TIMEOUT)),
+                memory_mb=int(merged.get("memory_mb", DEFAULT_MEMORY_MB)),
+                layer_pattern=merged.get("layer_pattern"),
+                verify=dict(merged.get("verify", {})),
+                env=dict(merged.get("env", {})),
+                description=merged.get("description", ""),
+                reference=merged.get("reference", ""),
+            )
+        )
+    return Config(path, root, python_path, list(data.get("hide_frames", [])), models)
+
+
+def _shown(path: Path) -> str:
+    """The config's path as messages show it: relative to the working folder when inside it."""
+    try:
+        return path.relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _root(data: dict[str, Any], path: Path, fail: Any) -> Path:
+    if "root" in data:
+        root = (path.parent / data["root"]).resolve()
+        if not root.is_dir():
+            raise fail(("root",), f"expected a folder relative to {path.name}; {data['root']!r} does not exist")
+        return root
+    return (git_root(path.parent.resolve()) or path.parent).resolve()
+
+
+def _check_settings(settings: dict[str, Any], key_path: tuple[str | int, ...], fail: Any) -> None:
+    """What the schema cannot say about tp/groups, layer_pattern."""
+    if "tp" in settings and "groups" in settings:
+        raise fail((*key_path, "groups"), "expected either 'tp' or 'groups', not both")
+    groups = settings.get("groups")
+    if groups is not None:
+        sizes = {len(g) for g in groups}
+        if len(sizes) != 1:
+            raise fail((*key_path, "groups"), f"expected groups of one size, got sizes {sorted(sizes)}")
+        flat = [r for g in groups for r in g]
+        if len(set(flat)) != len(flat):
+            raise fail((*key_path, "groups"), "expected every rank in one group only")
+        if sorted(flat) != list(range(len(flat))):
+            raise fail((*key_path, "groups"), f"expected the groups to cover ranks 0..{len(flat) - 1} exactly")
+    pattern = settings.get("layer_pattern")
+    if pattern is not None:
+        try:
+            compiled = re.compile(pattern)
+        except re.error as e:
+            raise fail((*key_path, "layer_pattern"), f"expected a regular expression: {e}") from e
+        if compiled.groups < 1:
+            raise fail((*key_path, "layer_pattern"), "expected a regular expression whose group 1 captures the layer number")
+
+
+# --------------------------------------------------------------------------------------------
+# Line numbers: the composed YAML node tree, walked alongside the data.
+
+
+def _key_lines(node: yaml.Node | None) -> dict[tuple[str | int, ...], int]:
+    lines: dict[tuple[str | int, ...], int] = {}
+
+    def walk(n: yaml.Node, path: tuple[str | int, ...]) -> None:
+        lines.setdefault(path, n.start_mark.line + 1)
+        if isinstance(n, yaml.MappingNode):
+            for key_node, value_node in n.value:
+                if key_node.value == "<<":
+                    merged = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                    for m in merged:
+                        walk(m, path)
+                    continue
+                key = (*path, key_node.value)
+                lines[key] = key_node.start_mark.line + 1
+                walk(value_node, key)
+        elif isinstance(n, yaml.SequenceNode):
+            for index, item in enumerate(n.value):
+                walk(item, (*path, index))
+
+    if node is not None:
+        walk(node, ())
+    return lines
+
+
+def _line_of(lines: dict[tuple[str | int, ...], int], key_path: tuple[str | int, ...]) -> int | None:
+    """The line of ``key_path``, or of its nearest ancestor the file spells out."""
+    for end in range(len(key_path), -1, -1):
+        if key_path[:end] in lines:
+            return lines[key_path[:end]]
+    return None

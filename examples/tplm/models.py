@@ -1,0 +1,139 @@
+"""Entry points that declare tplm's models to shardproof (see ``examples/.shardproof.yml``).
+
+Each returns the baseline (the model at degree 1), the per-rank model for a symbolic rank, the
+example inputs and the sharding plan in PyTorch's tensor-parallel vocabulary. The ``variant``
+flag of a bug variant reaches only the per-rank model, the way a regression reaches only the
+parallel code path of a framework.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shardproof.engine.frontend.declare import BuildContext, Input, Model
+
+from .decode import SplitKVDecode
+from .llama import Llama, LlamaConfig
+from .parallel import Parallel
+from .train import TrainStep
+
+LLAMA_BUGS = (
+    "missing_attn_allreduce", "redundant_mlp_allreduce", "sp_norm_precision", "rotary_precision",
+    "head_split_axis", "bsh_logits_layout", "qk_norm_after_rope", "qkv_slice_offset",
+    "attn_scale_one_rank", "moe_wrong_groups", "moe_missing_allreduce", "ce_on_gathered_logits",
+    "loss_scaled_by_tp",
+)  # fmt: skip
+DECODE_BUGS = ("decode_local_max",)
+TRAIN_BUGS = ("sp_norm_grad_missing", "sp_norm_grad_twice")
+
+
+def _variant(ctx: BuildContext, known: tuple[str, ...]) -> str | None:
+    if ctx.variant is not None and ctx.variant not in known:
+        raise ValueError(f"unknown variant {ctx.variant!r}; this entry point knows {', '.join(known)}")
+    return ctx.variant
+
+
+def _llama_config(ctx: BuildContext) -> LlamaConfig:
+    kv_heads = ctx.knob("kv_heads", 4)
+    return LlamaConfig(
+        vocab=ctx.knob("vocab", 256),
+        hidden=ctx.knob("hidden", 64),
+        layers=ctx.knob("layers", 2),
+        heads=ctx.knob("heads", 8),
+        kv_heads=kv_heads,
+        ffn=ctx.knob("ffn", 128),
+        seq=ctx.knob("seq", 16),
+        batch=ctx.knob("batch", 2),
+        qk_norm=ctx.knob("qk_norm", False),
+        fused=ctx.knob("fused", True),
+        experts=ctx.knob("experts", 0),
+        top_k=ctx.knob("top_k", 2),
+        replicate_kv=kv_heads < ctx.tp,
+    )
+
+
+def llama_plan(cfg: LlamaConfig, tp: int, prefix: str = "") -> dict[str, Any]:
+    """The sharding plan of :class:`~tplm.llama.Llama` (``prefix``: its path in a wrapper)."""
+    hd = cfg.head_dim
+    plan: dict[str, Any] = {
+        f"{prefix}layers.*.attn.out": "rowwise",
+        f"{prefix}layers.*.attn_norm": "sequence_parallel",
+        f"{prefix}layers.*.mlp_norm": "sequence_parallel",
+    }
+    if cfg.replicate_kv:
+        plan[f"{prefix}layers.*.attn.q"] = "colwise"
+        plan[f"{prefix}layers.*.attn.kv"] = "replicate"
+    elif cfg.fused:
+        plan[f"{prefix}layers.*.attn.qkv"] = {"style": "colwise", "blocks": [cfg.heads * hd, cfg.kv_heads * hd, cfg.kv_heads * hd]}
+    else:
+        for name in ("q", "k", "v"):
+            plan[f"{prefix}layers.*.attn.{name}"] = "colwise"
+    if cfg.experts:
+        for name in ("router", "gate_up", "down"):
+            plan[f"{prefix}layers.*.mlp.{name}"] = "expert"
+    else:
+        if cfg.fused:
+            plan[f"{prefix}layers.*.mlp.gate_up"] = {"style": "colwise", "blocks": [cfg.ffn, cfg.ffn]}
+        else:
+            plan[f"{prefix}layers.*.mlp.gate"] = "colwise"
+            plan[f"{prefix}layers.*.mlp.up"] = "colwise"
+        plan[f"{prefix}layers.*.mlp.down"] = "rowwise"
+    return plan
+
+
+def llama(ctx: BuildContext) -> Model:
+    """Llama (or, with ``experts``, Mixtral) logits; with ``loss: true`` the mean cross-entropy."""
+    bug = _variant(ctx, LLAMA_BUGS)
+    cfg = _llama_config(ctx)
+    sp = ctx.knob("sequence_parallel", False)
+    loss = ctx.knob("loss", False)
+    ids = ctx.knob("ids_dtype", "int64")
+    inputs = [Input("tokens", (cfg.batch, cfg.seq), ids, int_range=(0, cfg.vocab))]
+    if loss:
+        inputs.append(Input("targets", (cfg.batch, cfg.seq), ids, int_range=(0, cfg.vocab)))
+    plan = {"embed": "rowwise", "norm": "sequence_parallel", "head": "colwise", **llama_plan(cfg, ctx.tp)}
+    return Model(
+        baseline=Llama(cfg, Parallel()),
+        distributed=lambda rank: Llama(cfg, Parallel(ctx.tp, rank, ctx.groups, sp, bug)),
+        inputs=inputs,
+        plan=plan,
+        description="Llama decoder (GQA + rotary, RMSNorm, SwiGLU or MoE), vocab-parallel embedding and head",
+    )
+
+
+def decode(ctx: BuildContext) -> Model:
+    """One split-KV decoding step over a KV cache split along the sequence across the ranks."""
+    bug = _variant(ctx, DECODE_BUGS)
+    hidden, heads, kv_heads = ctx.knob("hidden", 64), ctx.knob("heads", 8), ctx.knob("kv_heads", 2)
+    cache, chunk, batch = ctx.knob("cache", 64), ctx.knob("chunk", 4), ctx.knob("batch", 2)
+    hd = hidden // heads
+    inputs = [
+        Input("x", (batch, hidden)),
+        Input("k_cache", (batch, kv_heads, cache, hd), shard=2),
+        Input("v_cache", (batch, kv_heads, cache, hd), shard=2),
+    ]
+    return Model(
+        baseline=SplitKVDecode(hidden, heads, kv_heads, chunk, Parallel()),
+        distributed=lambda rank: SplitKVDecode(hidden, heads, kv_heads, chunk, Parallel(ctx.tp, rank, ctx.groups, bug=bug)),
+        inputs=inputs,
+        plan={"q": "replicate", "out": "replicate"},
+        description="flash-decoding-style split-KV attention, KV cache split along the sequence",
+    )
+
+
+def train_step(ctx: BuildContext) -> Model:
+    """Forward + backward + SGD step of a sequence-parallel decoder stack."""
+    bug = _variant(ctx, TRAIN_BUGS)
+    cfg = _llama_config(ctx)
+    lr = ctx.knob("lr", 0.01)
+    baseline = TrainStep(cfg, Parallel(), lr)
+    names = [name for name, _ in baseline.named_parameters()]
+    shape = (cfg.seq, cfg.batch, cfg.hidden)
+    return Model(
+        baseline=baseline,
+        distributed=lambda rank: TrainStep(cfg, Parallel(ctx.tp, rank, ctx.groups, True, bug), lr),
+        inputs=[Input("x", shape, shard=0), Input("target", shape, shard=0)],
+        plan=llama_plan(cfg, ctx.tp, prefix="model.") | {"model.norm": "sequence_parallel"},
+        outputs=["replicate", *({"like": name} for name in names)],
+        description="training step: forward, loss, backward, SP norm-gradient all-reduce, SGD update",
+    )

@@ -1,0 +1,79 @@
+"""A Mixtral-style mixture of experts with expert parallelism.
+
+Each rank owns ``experts / c`` experts: their slice of the router and their stacked SwiGLU
+weights (plan style ``expert``: split along dim 0). Routing is top-k over *all* experts without
+gathering the router logits: the k-th largest logit comes from per-rank maxima reduced with
+all-reduce(max), the softmax denominator of the chosen experts from an all-reduce(sum).
+
+Every local expert runs on every token (the dense formulation: weights of unchosen experts are
+zero), and the combine is an unrolled loop of adds over the rank's experts followed by an
+all-reduce over the expert-parallel group.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from .parallel import (
+    Groups,
+    Parallel,
+    all_reduce_max,
+    all_reduce_sum,
+    gather_sequence,
+    reduce_scatter_sequence,
+)
+
+
+class MoE(nn.Module):
+    def __init__(self, hidden: int, ffn: int, experts: int, top_k: int, ps: Parallel) -> None:
+        super().__init__()
+        self.ps = ps
+        self.top_k = top_k
+        self.local = ps.shard(experts, "experts")
+        self.router = nn.Parameter(torch.empty(self.local, hidden))
+        self.gate_up = nn.Parameter(torch.empty(self.local, 2 * ffn, hidden))
+        self.down = nn.Parameter(torch.empty(self.local, hidden, ffn))
+
+    def _groups(self) -> Groups:
+        ps = self.ps
+        if ps.has("moe_wrong_groups"):
+            # Expert-parallel groups built with a stride as if half the ranks were data
+            # parallel: {0, 2, ...} and {1, 3, ...} instead of the whole group.
+            ranks = ps.groups[0]
+            return [ranks[0::2], ranks[1::2]]
+        return ps.groups
+
+    def routing(self, rows: Tensor) -> Tensor:
+        """(T, local experts) gate weights: softmax over each token's top-k experts, 0 elsewhere."""
+        ps = self.ps
+        logits = F.linear(rows, self.router)  # (T, E/c): this rank's experts
+        lowest = torch.finfo(logits.dtype).min
+        top = all_reduce_max(logits.amax(dim=-1, keepdim=True), ps)
+        threshold, remaining = top, logits
+        for _ in range(self.top_k - 1):
+            remaining = remaining.masked_fill(remaining >= threshold, lowest)
+            threshold = all_reduce_max(remaining.amax(dim=-1, keepdim=True), ps)
+        chosen = torch.exp(logits - top).masked_fill(logits < threshold, 0.0)
+        return chosen / all_reduce_sum(chosen.sum(dim=-1, keepdim=True), ps)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.ps.sequence_parallel:
+            x = gather_sequence(x, self.ps)
+        s, b, h = x.shape
+        rows = x.reshape(s * b, h)
+        weights = self.routing(rows)  # (T, E/c)
+        gate, up = torch.einsum("th,efh->etf", rows, self.gate_up).chunk(2, dim=-1)
+        y = torch.einsum("etf,ehf->eth", F.silu(gate) * up, self.down)  # (E/c, T, h)
+        y = y * weights.t().unsqueeze(-1)
+        out = y[0:1]
+        for e in range(1, self.local):
+            out = out + y[e : e + 1]
+        out = out.reshape(s, b, h)
+        if self.ps.sequence_parallel:
+            return reduce_scatter_sequence(out, self.ps)
+        if self.ps.has("moe_missing_allreduce"):
+            return out
+        return all_reduce_sum(out, self.ps, self._groups())  # BUG-SITE: moe_wrong_groups

@@ -1,0 +1,67 @@
+"""One training step of a sequence-parallel decoder stack: forward, loss, backward, gradient
+all-reduce of the replicated norm weights, SGD update.
+
+Under sequence parallelism each rank normalizes only its own tokens, so the gradient of a norm
+weight on one rank is a partial sum over the group's tokens and must be all-reduced (Megatron's
+``allreduce_sequence_parallel_grads``); tensor-parallel weights see all tokens after the
+sequence all-gather and need no reduction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from .layers import RMSNorm
+from .llama import DecoderLayer, LlamaConfig
+from .parallel import Parallel, all_reduce_sum, reduce_from_region
+
+
+class DecoderStack(nn.Module):
+    """Decoder layers and the final norm on (s, b, h) hidden states (no embedding or head)."""
+
+    def __init__(self, cfg: LlamaConfig, ps: Parallel) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.layers = nn.ModuleList(DecoderLayer(cfg, ps) for _ in range(cfg.layers))
+        self.norm = RMSNorm(cfg.hidden, cfg.eps)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        return self.norm(x)
+
+
+def sequence_parallel_params(names: Sequence[str]) -> list[bool]:
+    """Which parameters are replicated norm weights whose gradients are partial under SP."""
+    return [name.endswith("norm.weight") for name in names]
+
+
+class TrainStep(nn.Module):
+    """(x, target) hidden states, sequence-sharded -> (loss, updated parameters...)."""
+
+    def __init__(self, cfg: LlamaConfig, ps: Parallel, lr: float = 0.01) -> None:
+        super().__init__()
+        self.ps, self.lr = ps, lr
+        self.model = DecoderStack(cfg, ps)
+
+    def forward(self, x: Tensor, target: Tensor) -> tuple[Tensor, ...]:
+        from .layers import rotary_tables
+
+        ps, cfg = self.ps, self.model.cfg
+        seq = x.shape[0] * ps.tp
+        cos, sin = rotary_tables(seq, cfg.head_dim, cfg.rope_theta, x.device)
+        out = self.model(x, cos, sin)
+        loss = reduce_from_region(((out - target) ** 2).sum(), ps)  # this rank's tokens, summed over ranks
+        names, params = zip(*self.model.named_parameters(), strict=True)
+        grads = list(torch.autograd.grad(loss, params))
+        for i, partial in enumerate(sequence_parallel_params(names)):
+            if partial and not ps.has("sp_norm_grad_missing"):
+                grads[i] = all_reduce_sum(grads[i], ps)
+                if ps.has("sp_norm_grad_twice"):
+                    grads[i] = all_reduce_sum(grads[i], ps)  # BUG-SITE: sp_norm_grad_twice
+        updated = [p - self.lr * g for p, g in zip(params, grads, strict=True)]  # BUG-SITE: sp_norm_grad_missing
+        return (loss, *updated)
