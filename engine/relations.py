@@ -68,15 +68,22 @@ class RelationSpec:
 def load_relations(path: str | Path) -> RelationSpec:
     p = str(path)
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise InputError(p, "", f"cannot read relations file: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        raise InputError(p, f"byte {e.start}", "not UTF-8 text") from e
     try:
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        # The pure-Python loader: libyaml's C loader crashes the process on deeply nested input.
+        data = yaml.load(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{mark.line + 1}:{mark.column + 1}" if mark else ""
         raise InputError(p, where, f"not valid YAML: {getattr(e, 'problem', e)}") from e
+    except (ValueError, TypeError) as e:  # PyYAML's constructors, e.g. the date 2001-13-45
+        raise InputError(p, "", f"not valid YAML: {e}") from e
+    except RecursionError as e:
+        raise InputError(p, "", "YAML nested too deeply") from e
     return parse_relations(data, p)
 
 
@@ -88,7 +95,7 @@ def parse_relations(data: Any, path: str = "<relations>") -> RelationSpec:
         raise fail("", "expected a mapping with keys groups, inputs, outputs")
     unknown = set(data) - {"groups", "inputs", "outputs", "custom_calls", "description"}
     if unknown:
-        raise fail(sorted(unknown)[0], "unknown key; expected one of groups, inputs, outputs, custom_calls")
+        raise fail(sorted(map(str, unknown))[0], "unknown key; expected one of groups, inputs, outputs, custom_calls")
     groups = data.get("groups")
     if not isinstance(groups, list) or not groups or not all(isinstance(g, list) and g and all(isinstance(r, int) and not isinstance(r, bool) for r in g) for g in groups):
         raise fail("groups", "expected a non-empty list of rank lists, e.g. [[0, 1, 2, 3]]")
@@ -112,7 +119,10 @@ def parse_relations(data: Any, path: str = "<relations>") -> RelationSpec:
         if not isinstance(b.baseline, int) or not isinstance(b.distributed, int):
             raise fail(b.key, "outputs name ROOT tuple indices (integers) for baseline and distributed")
     ccs: dict[str, CustomCallRule] = {}
-    for i, cc in enumerate(data.get("custom_calls") or []):
+    custom_calls = data.get("custom_calls") or []
+    if not isinstance(custom_calls, list):
+        raise fail("custom_calls", "expected a list of {target: NAME, keeps: [duplicate]}")
+    for i, cc in enumerate(custom_calls):
         if not isinstance(cc, dict) or not isinstance(cc.get("target"), str):
             raise fail(f"custom_calls[{i}]", "expected {target: NAME, keeps: [duplicate, ...]}")
         keeps = cc.get("keeps", ["duplicate"])
@@ -134,7 +144,7 @@ def _binding(x: Any, key: str, allowed: tuple[str, ...], fail: Any) -> Binding:
         raise fail(key, "expected a mapping like {baseline: 0, distributed: 0, relation: duplicate}")
     extra = set(x) - {"baseline", "distributed", "relation", "dim", "blocks", "op", "int_range", "name"}
     if extra:
-        raise fail(f"{key}.{sorted(extra)[0]}", "unknown key")
+        raise fail(f"{key}.{sorted(map(str, extra))[0]}", "unknown key")
     rel = x.get("relation")
     if rel not in allowed:
         raise fail(f"{key}.relation", f"expected one of {', '.join(allowed)}, got {rel!r}")
@@ -149,7 +159,7 @@ def _binding(x: Any, key: str, allowed: tuple[str, ...], fail: Any) -> Binding:
     elif dim is not None:
         raise fail(f"{key}.dim", f"'dim' only applies to sharded, not {rel}")
     blocks = x.get("blocks") or []
-    if blocks and (rel != "sharded" or not all(isinstance(b, int) and b > 0 for b in blocks)):
+    if not isinstance(blocks, list) or (blocks and (rel != "sharded" or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in blocks))):
         raise fail(f"{key}.blocks", "expected a list of positive block sizes on a sharded relation")
     op = x.get("op", "add")
     if op not in REDUCE_OPS:

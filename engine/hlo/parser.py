@@ -263,6 +263,10 @@ def _read_padding(raw: str) -> list[tuple[int, int, int]]:
     return out
 
 
+MAX_IOTA_DEVICES = 1 << 20  # a million devices: far past any real mesh, small enough to expand
+MAX_TUPLE_DEPTH = 64
+
+
 def _iota_groups(group_dims: list[int], reshape: list[int], perm: list[int] | None) -> list[list[int]]:
     """Expand XLA's iota replica-group list ``[G,S]<=[reshape]T(perm)`` to explicit groups.
 
@@ -276,6 +280,8 @@ def _iota_groups(group_dims: list[int], reshape: list[int], perm: list[int] | No
         raise _ScanError(0, f"expected two group dimensions [groups,size], got {group_dims}")
     if group_dims[0] * group_dims[1] != total:
         raise _ScanError(0, f"group dimensions {group_dims} do not cover the {total} devices of {reshape}")
+    if total > MAX_IOTA_DEVICES:
+        raise _ScanError(0, f"an iota replica-group list over {total} devices is beyond the {MAX_IOTA_DEVICES} this tool expands")
     if perm is None:
         flat = list(range(total))
     else:
@@ -645,23 +651,32 @@ class _Parser:
             self.shape_cache[text] = shape
             return shape
         if pos < self.n and s[pos] == "(":
-            self.pos += 1
-            self.ws()
-            items: list[Shape] = []
-            if self.peek() == ")":
-                self.pos += 1
-                return Shape("tuple")
-            while True:
-                items.append(self.shape())
-                self.ws()
-                c = self.peek()
-                self.pos += 1
-                if c == ")":
-                    return Shape("tuple", tuple_shapes=tuple(items))
-                if c != ",":
-                    self.fail(self.pos - 1, "expected ',' or ')' in tuple shape")
-                self.ws()
+            self.tuple_depth = getattr(self, "tuple_depth", 0) + 1
+            if self.tuple_depth > MAX_TUPLE_DEPTH:
+                self.fail(pos, f"tuple shapes nested deeper than {MAX_TUPLE_DEPTH} levels")
+            try:
+                return self._tuple_shape()
+            finally:
+                self.tuple_depth -= 1
         return self._array_shape()
+
+    def _tuple_shape(self) -> Shape:
+        self.pos += 1
+        self.ws()
+        items: list[Shape] = []
+        if self.peek() == ")":
+            self.pos += 1
+            return Shape("tuple")
+        while True:
+            items.append(self.shape())
+            self.ws()
+            c = self.peek()
+            self.pos += 1
+            if c == ")":
+                return Shape("tuple", tuple_shapes=tuple(items))
+            if c != ",":
+                self.fail(self.pos - 1, "expected ',' or ')' in tuple shape")
+            self.ws()
 
     def _array_shape(self) -> Shape:
         s = self.s

@@ -109,6 +109,8 @@ def _problem(ins: Instruction, ops: list[tuple[int, ...] | None]) -> str | None:
     elif op == "concatenate" and dims_in:
         (d,) = p.get("dimensions", [0])[:1] or [0]
         first = dims_in[0]
+        if not 0 <= d < len(first):
+            return f"dimensions={{{d}}} is out of range for rank {len(first)}"
         if any(len(o) != len(first) or any(o[i] != first[i] for i in range(len(o)) if i != d) for o in dims_in):
             return "operands differ outside the concatenated dim"
         want = (*first[:d], sum(o[d] for o in dims_in), *first[d + 1 :])
@@ -121,6 +123,8 @@ def _problem(ins: Instruction, ops: list[tuple[int, ...] | None]) -> str | None:
             c = len(groups[0])
             d = dims[0]
             src = dims_in[0]
+            if c == 0 or not 0 <= d < len(src):
+                return f"dimensions={{{d}}} over groups of {c} does not fit {list(src)}"
             want_d = src[d] * c if op == "all-gather" else (src[d] // c if src[d] % c == 0 else -1)
             want = (*src[:d], want_d, *src[d + 1 :])
             if want != out:
