@@ -264,6 +264,12 @@ def _check_supported(g: Graphs, side: str, ins: Instruction, module: Module) -> 
     reducer = ins.parsed.get("reducer")
     if isinstance(reducer, str) and reducer.startswith("body:") and ins.opcode != "reduce":
         unsupported(f"{ins.opcode} with a reducer that is not a plain add/max/min/mul/and/or")
+    if ins.opcode == "convert" and ins.operands and ins.shape.dtype in INT_BITS:
+        src = module.entry.get(ins.operands[0])
+        if src is not None and src.shape.dtype not in INT_BITS and src.shape.dtype != "pred":
+            # Out-of-range float->int converts are implementation-defined: XLA:CPU gives
+            # different answers for the same value in differently shaped (vectorized) programs.
+            unsupported(f"convert {src.shape.dtype}->{ins.shape.dtype} is implementation-defined for out-of-range values")
     if ins.opcode == "custom-call":
         target = ins.parsed.get("custom_call_target", "")
         if target not in g.spec.custom_calls:
