@@ -25,13 +25,22 @@ $(TOOLS_STAMP):
 	  { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends chromium; }
 	touch $(TOOLS_STAMP)
 
+# The action's Docker tests start their own dockerd and make their base image with debootstrap
+# (Docker Hub is not reachable everywhere); they fail without these.
+DOCKER_STAMP := $(TOOLS)/.docker-installed
+
+$(DOCKER_STAMP):
+	command -v dockerd >/dev/null && command -v debootstrap >/dev/null || \
+	  { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends docker.io debootstrap; }
+	mkdir -p $(TOOLS) && touch $(DOCKER_STAMP)
+
 .PHONY: install test example lint
-install: $(STAMP) $(TOOLS_STAMP)
+install: $(STAMP) $(TOOLS_STAMP) $(DOCKER_STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: $(STAMP) $(TOOLS_STAMP) lint
+test: $(STAMP) $(TOOLS_STAMP) $(DOCKER_STAMP) lint
 	PJRT_DEVICE=CPU $(BIN)/python -m pytest -q
 
 example: $(STAMP)

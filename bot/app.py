@@ -10,6 +10,10 @@ Order of a run, and why:
    post one review with what is new, mark vanished findings resolved, update the sticky summary;
 6. create the check run, then the final commit status — always, in a ``finally``;
 7. step outputs and the job summary; exit with the gate's verdict.
+
+With ``shard: k/n`` the run stops after step 4: it builds and verifies its part of the models,
+writes the partial result and never talks to GitHub. ``mode: merge`` reads the partial results
+instead of running models (step 3) and reports on them as one run (``shards.py``).
 """
 
 from __future__ import annotations
@@ -43,8 +47,11 @@ from .findings import (
 from .github_api import Api, GitHubError, PermissionDenied, RetryPolicy, Unprocessable
 from .runner import Runner, RunnerError
 from .secrets import Redactor, guard_loggers
+from .shards import make_partial, parse_shard, pick
 
 REVIEW_EVENTS = ("REQUEST_CHANGES", "COMMENT")
+MODES = ("check", "merge")
+SANDBOX_MODES = ("auto", "docker", "subprocess")
 ANNOTATIONS_PER_REQUEST = 50
 MAX_ANNOTATIONS = 1000
 MAX_PR_FILES = 3000  # GitHub lists at most this many files of a pull request
@@ -83,8 +90,27 @@ class Settings:
     output_file: str | None = None
     step_summary_file: str | None = None
     extra_secrets: list[str] = field(default_factory=list)
+    mode: str = "check"
+    shard: str | None = None  # "k/n": verify that part of the models, write a partial result
+    partials: Path = Path("shardproof-partials")  # merge: where the shards' results were downloaded
+    sandbox: str = "auto"
+    sandbox_image: str | None = None
+    sandbox_cpus: float | None = None
 
     def validate(self) -> None:
+        if self.mode not in MODES:
+            raise InputError("settings", "mode", f"{self.mode!r} is not one of {', '.join(MODES)}")
+        if self.shard is not None:
+            try:
+                parse_shard(self.shard)
+            except ValueError as e:
+                raise InputError("settings", "shard", str(e)) from e
+            if self.mode == "merge":
+                raise InputError("settings", "shard", "a merge job combines every shard: give it no shard")
+        if self.sandbox not in SANDBOX_MODES:
+            raise InputError("settings", "sandbox", f"{self.sandbox!r} is not one of {', '.join(SANDBOX_MODES)}")
+        if self.sandbox_cpus is not None and not self.sandbox_cpus > 0:
+            raise InputError("settings", "sandbox-cpus", "must be a number > 0")
         if self.filter_mode not in FILTER_MODES:
             raise InputError("settings", "filter-mode", f"{self.filter_mode!r} is not one of {', '.join(FILTER_MODES)}")
         if self.review_event not in REVIEW_EVENTS:
@@ -145,6 +171,8 @@ class Bot:
         if target.event_name == "push" and set(target.sha) == {"0"}:
             self.console.info("the push deleted a branch: nothing to verify")
             return 0
+        if self.s.shard is not None:
+            return self._run_shard(target)
         self.console.info(f"{target.event_name} on {target.repo} at {target.sha[:12]}" + (f", pull request #{target.pr}" if target.pr else ""))
         if self.s.token:
             self.api = Api(self.s.token, target.repo, self.s.api_url, self.s.timeout, self.s.write_interval, self.retry, self.redact, self.console.info)
@@ -178,15 +206,26 @@ class Bot:
             raise InputError("event", "", "no event file: set GITHUB_EVENT_PATH or pass --event")
         payload = load_event(self.s.event_path)
         name = self.s.event_name or guess_name(payload)
-        pr_event = load_event(self.s.pr_event_path) if self.s.pr_event_path else None
+        pr_event = None
+        if self.s.pr_event_path is not None:
+            if self.s.pr_event_path.exists():
+                pr_event = load_event(self.s.pr_event_path)
+            else:
+                # The untrusted run left no artifact: still set the status (error, no results),
+                # finding the pull request the other ways a workflow_run allows.
+                self.console.warning(f"no saved pull_request event at {self.s.pr_event_path}; finding the pull request from the workflow_run")
         return read_target(name, payload, self.s.repo, self.s.sha, pr_event)
 
     def _run_models(self, target: Target) -> Run:
         self.s.out.mkdir(parents=True, exist_ok=True)
         try:
-            if not target.may_run_models and self.s.result is None:
+            if not target.may_run_models and self.s.result is None and self.s.mode != "merge":
                 raise RunnerError(f"{target.note}" if target.note else "this event does not run the models; pass --result")
             doc = self.runner.run(self.s.config, self.s.out, self.s.models)
+            if self.s.mode == "merge" and doc.get("sha") != target.sha:
+                # Partial results of another commit (an older run's artifacts) must never
+                # decide this commit's status.
+                raise RunnerError(f"the partial results are of commit {str(doc.get('sha'))[:12]}, this run reports on {target.sha[:12]}")
             base = self.s.result.parent if self.s.result else self.s.out
             run = load_run(doc, base)
         except (RunnerError, InputError, OSError, ValueError, KeyError, TypeError) as e:
@@ -204,8 +243,47 @@ class Bot:
                 m.build["error"] = self.redact(m.build["error"])
         for m in run.models:
             self.console.info(f"model {m.name}: {m.status}" + (f" ({m.reason})" if m.status != "verified" and m.reason else ""))
+        notice = getattr(self.runner, "notice", None)
+        if notice:  # the models ran unsandboxed: the report must say so, and why
+            text = render.message("note", "no_sandbox", notice, "", "")
+            self.console.warning(text)
+            self.notes.append(text)
         self._doc = doc
         return run
+
+    def _run_shard(self, target: Target) -> int:
+        """Build and verify this shard's part of the models; write the partial result only."""
+        from shardproof.engine.frontend.config import load_config
+
+        assert self.s.shard is not None
+        index, count = parse_shard(self.s.shard)
+        try:
+            config = load_config(self.s.config)
+            declared = [m.name for m in config.select(self.s.models)]
+        except InputError as e:
+            self.console.error(str(e))
+            return EXIT_BAD_INPUT
+        mine = pick(declared, index, count)
+        self.console.info(f"shard {index}/{count}: {len(mine)} of {len(declared)} model(s): {', '.join(mine) or 'none'}")
+        self.s.out.mkdir(parents=True, exist_ok=True)
+        if mine:
+            self.s.models = mine
+            run = self._run_models(target)
+            doc = self._doc or {"version": 1, "config": run.config, "models": [], "error": run.error}
+        else:  # more shards than models: an empty part is still a part the merge expects
+            run = Run([], config=str(self.s.config))
+            doc = {"version": 1, "config": str(self.s.config), "repository_root": ".", "models": []}
+        partial = make_partial(doc, index, count, declared, mine, target.sha, self.s.out, config.root)
+        write_file(self.s.out / "result.json", self.redact(json.dumps(partial, indent=2)) + "\n")
+        ctx = self._ctx(target, gate(run, self.s.fail_on)[0])
+        if mine:
+            append_step_summary(self.s.step_summary_file, self.redact(render.step_summary(run, collect(run, self.s.workspace), ctx, place([], None, "nofilter", 0))))
+        out = self.s.out.as_posix()
+        write_outputs(self.s.output_file, {"report-dir": out, "result-json": f"{out}/result.json", "verdict": run.overall() if mine else "none", "shard": f"{index}/{count}"})
+        self.console.info(f"partial result written to {out}/result.json; a merge job (mode: merge) reports it")
+        # The verdict belongs to the merge job; a shard fails only when it produced no verdicts,
+        # so one diverging model does not cancel the other shards of a fail-fast matrix.
+        return EXIT_ERROR if run.error else 0
 
     def _ctx(self, target: Target, state: str) -> render.Ctx:
         return render.Ctx(repo=target.repo, sha=target.sha, server_url=self.s.server_url, run_url=self.s.run_url, context=self.s.context, filter_mode=self.s.filter_mode, fail_on=self.s.fail_on, state=state, report_dir=self._display(self.s.out), notes=self.notes)
@@ -257,6 +335,7 @@ class Bot:
             "trace-html": f"{out}/trace.html",
             "summary-md": f"{out}/summary.md",
             "review-md": f"{out}/review.md",
+            "trace": f"{out}/trace.html",
             "verdict": run.overall(),
             "state": state,
             "degraded": "true" if self.readonly else "false",

@@ -19,7 +19,10 @@ from typing import TYPE_CHECKING
 from shardproof.engine.errors import InputError
 
 if TYPE_CHECKING:  # the bot (PyGithub, jinja2) loads only when a bot subcommand runs
+    from collections.abc import Callable
+
     from .app import Settings
+    from .runner import Runner
 
 EXIT_BAD_INPUT = 3
 
@@ -53,6 +56,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     g.add_argument("--max-comments", type=int, help="inline comments per review (default 30)")
     g.add_argument("--context", help="commit status context and check run name (default: shardproof)")
     g.add_argument("--http-timeout", type=float, default=30.0, help="seconds per GitHub request (default 30)")
+    g.add_argument("--shard", help="k/n: build and verify the k-th of n parts of the models and write a partial result; no GitHub writes (matrix jobs)")
+    g.add_argument("--mode", choices=("check", "merge"), help="check (default): run the models; merge: report on the partial results under --partials as one run")
+    g.add_argument("--partials", type=Path, help="merge: folder holding the shards' downloaded report folders (default: shardproof-partials)")
+    g.add_argument("--sandbox", choices=("auto", "docker", "subprocess"), help="where model builds run: docker (a sibling container per model; error without a Docker socket), subprocess, or auto (default: docker when the socket is there)")
+    g.add_argument("--sandbox-image", help="image for sandbox containers (default: the image of the container the bot runs in)")
+    g.add_argument("--sandbox-cpus", type=float, help="CPUs per sandbox container (default: all)")
     g.set_defaults(func=_github)
 
     r = sub.add_parser("report", help="render the review body, summary, SARIF and trace.html from a result.json (no GitHub access)")
@@ -82,6 +91,11 @@ def settings_from(args: argparse.Namespace, env: Mapping[str, str] | None = None
         interval = float(env.get("SHARDPROOF_WRITE_INTERVAL", "1.0"))
     except ValueError as e:
         raise InputError("settings", "max-comments", f"not a number: {e}") from e
+    try:
+        cpus_text = _input("sandbox-cpus")
+        cpus = args.sandbox_cpus if args.sandbox_cpus is not None else (float(cpus_text) if cpus_text else None)
+    except ValueError as e:
+        raise InputError("settings", "sandbox-cpus", f"not a number: {e}") from e
     return Settings(
         event_path=event,
         event_name=args.event_name or env.get("GITHUB_EVENT_NAME") or None,
@@ -106,20 +120,68 @@ def settings_from(args: argparse.Namespace, env: Mapping[str, str] | None = None
         workspace=env.get("GITHUB_WORKSPACE") or os.getcwd(),
         output_file=env.get("GITHUB_OUTPUT") or None,
         step_summary_file=env.get("GITHUB_STEP_SUMMARY") or None,
+        mode=args.mode or _input("mode", "check") or "check",
+        shard=args.shard or _input("shard"),
+        partials=args.partials or Path(_input("partials", "shardproof-partials") or "shardproof-partials"),
+        sandbox=args.sandbox or _input("sandbox", "auto") or "auto",
+        sandbox_image=args.sandbox_image or _input("sandbox-image"),
+        sandbox_cpus=cpus,
     )
+
+
+def make_runner(s: Settings, log: Callable[[str], None] | None = None) -> Runner:
+    """The runner for these settings: a result file, the shards' partial results, or the models
+    built in sandbox containers — or in subprocesses, saying why, where Docker is not there."""
+    from .runner import FrontendRunner, ResultFileRunner
+    from .sandbox import SandboxRunner, SandboxUnavailable, connect
+    from .shards import MergeRunner
+
+    if s.result:
+        return ResultFileRunner(s.result)
+    if s.mode == "merge":
+        return MergeRunner(s.partials)
+    secrets = [s.token or "", *s.extra_secrets]
+    if s.sandbox == "subprocess":
+        return FrontendRunner("sandbox: subprocess was chosen", secrets)
+    try:
+        sandbox = connect(Path(s.workspace or os.getcwd()), s.sandbox_image, s.sandbox_cpus)
+    except SandboxUnavailable as e:
+        if s.sandbox == "docker":
+            return _Refusing(f"sandbox: docker, but {e}")
+        return FrontendRunner(str(e), secrets)
+    if log is not None:
+        log(f"model builds run in {sandbox.describe()}")
+    return SandboxRunner(sandbox, log)
+
+
+class _Refusing:
+    """A runner that cannot run: the bot reports the reason as the run's error (status error)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def run(self, config: Path, out_dir: Path, models: list[str] | None) -> dict[str, object]:
+        from .runner import RunnerError
+
+        raise RunnerError(self.reason)
 
 
 def _github(args: argparse.Namespace) -> int:
     from .app import Bot
-    from .runner import FrontendRunner, ResultFileRunner
 
+    # GitHub starts the container in the workspace; do not rely on it (nor on the image's
+    # WORKDIR): relative paths of the inputs are relative to the workspace.
+    workspace = os.environ.get("GITHUB_WORKSPACE")
+    if os.environ.get("GITHUB_ACTIONS") == "true" and workspace and Path(workspace).is_dir():
+        os.chdir(workspace)
     try:
         s = settings_from(args)
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    runner = ResultFileRunner(s.result) if s.result else FrontendRunner()
-    return Bot(s, runner).run()
+    bot = Bot(s, _Refusing("not started"))
+    bot.runner = make_runner(s, bot.console.info)
+    return bot.run()
 
 
 def _report(args: argparse.Namespace) -> int:

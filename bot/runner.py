@@ -7,7 +7,11 @@ the document an earlier, unprivileged run wrote.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,8 +26,38 @@ class Runner(Protocol):
         ...
 
 
+# Variables a build must never see: tokens, the action's inputs (any of them may be a secret),
+# the runner's ACTIONS_* credentials (cache and artifact service tokens).
+_SECRET_NAME = re.compile(r"^(INPUT_|ACTIONS_)|TOKEN|SECRET|PASSWORD|CREDENTIAL|_KEY$|^GH_|^GITHUB_PAT")
+
+
+@contextlib.contextmanager
+def scrubbed_environ(secrets: Iterable[str] = ()) -> Iterator[list[str]]:
+    """Remove secret-looking variables (by name, or by value equal to a known secret) from this
+    process's environment while the block runs, so the build workers it starts do not inherit
+    them; restores them after. Yields the names removed."""
+    values = {s for s in secrets if s}
+    removed = {k: v for k, v in os.environ.items() if _SECRET_NAME.search(k.upper()) or v in values}
+    for k in removed:
+        del os.environ[k]
+    try:
+        yield sorted(removed)
+    finally:
+        os.environ.update(removed)
+
+
 class FrontendRunner:
-    """``shardproof.engine.frontend.runner.run_models``: front end plus verifier, per model."""
+    """``shardproof.engine.frontend.runner.run_models``: front end plus verifier, per model, in
+    worker subprocesses of this process (no sandbox: see ``sandbox.py``).
+
+    ``notice`` says why the builds are not sandboxed, for the report. Secret-looking variables
+    are kept from the workers' environment; that is hygiene, not isolation — a worker runs as
+    this user and could still read this process's memory.
+    """
+
+    def __init__(self, notice: str | None = None, secrets: Iterable[str] = ()) -> None:
+        self.notice = notice
+        self.secrets = list(secrets)
 
     def run(self, config: Path, out_dir: Path, models: list[str] | None) -> dict[str, Any]:
         try:
@@ -32,7 +66,8 @@ class FrontendRunner:
             raise RunnerError(f"the front end is not available in this installation ({e})") from e
         if not config.exists():
             raise RunnerError(f"the configuration {config} does not exist")
-        return run_models(config, out_dir, models)
+        with scrubbed_environ(self.secrets):
+            return run_models(config, out_dir, models)
 
 
 class ResultFileRunner:

@@ -102,7 +102,7 @@ def run_bot(fake: FakeGitHub, tmp: Path, doc: dict[str, Any] | None = None, even
     retry = RetryPolicy(attempts=5, base=0.01, cap=0.05, sleep=sleeps.append, jitter=lambda: 0.0)
     bot = Bot(s, runner or DocRunner(doc), Console(Redactor(), out, err), retry)
     code = bot.run()
-    files = {p.name: p.read_text() for p in s.out.glob("*")} if s.out.exists() else {}
+    files = {p.name: p.read_text() for p in s.out.glob("*") if p.is_file()} if s.out.exists() else {}
     return Outcome(code, out.getvalue(), err.getvalue(), sleeps, s, files)
 
 

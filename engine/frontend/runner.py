@@ -234,6 +234,11 @@ def _job(config: Config, model: ModelConfig, folder: Path) -> dict[str, Any]:
     return {"request": request, "log": str(folder / "build.log"), "result": str(folder / "build.json")}
 
 
+# A builder takes (config, models, out_dir, on_built) and reports per model an object with the
+# fields of BuildOutcome (ok, seconds, peak_rss_mb, error); it returns worker stats.
+Builder = Callable[[Config, list[ModelConfig], Path, Callable[[ModelConfig, Any], None]], dict[str, float]]
+
+
 def build_all(
     config: Config,
     models: list[ModelConfig],
@@ -322,12 +327,16 @@ def run_models(
     *,
     verify: bool = True,
     on_result: Callable[[dict[str, Any]], None] | None = None,
+    builder: Builder | None = None,
+    isolation: str | None = None,
 ) -> dict[str, Any]:
     """Build (and unless ``verify`` is false, check) the models of ``config_path``.
 
     Returns the ``result.json`` document (also written to ``out_dir/result.json``); calls
     ``on_result`` with each model's entry as soon as it is final. Raises :class:`InputError`
-    for a bad configuration or an unknown model name.
+    for a bad configuration or an unknown model name. ``builder`` replaces :func:`build_all`
+    (the bot's sandbox builds each model in a container); ``isolation`` then names where the
+    builds ran, for the result and each model's build record.
     """
     started = time.perf_counter()
     config = load_config(config_path)
@@ -340,7 +349,7 @@ def run_models(
 
     def produce() -> None:
         try:
-            stats.update(build_all(config, selected, out, lambda m, o: built.put((m, o))))
+            stats.update((builder or build_all)(config, selected, out, lambda m, o: built.put((m, o))))
         except BaseException as e:  # surfaced by the consumer below
             failure.append(e)
         finally:
@@ -362,6 +371,8 @@ def run_models(
             "seconds": 0.0,
             "build": {"seconds": round(outcome.seconds, 3), "peak_rss_mb": round(outcome.peak_rss_mb, 1), "error": outcome.error},
         }
+        if isolation:
+            entry["build"]["isolation"] = isolation
         verify_seconds = 0.0
         if outcome.ok and verify:
             t = time.perf_counter()
@@ -393,5 +404,7 @@ def run_models(
         "seconds": round(time.perf_counter() - started, 3),
         "worker_import_seconds": round(stats.get("import_seconds", 0.0), 3),
     }
+    if isolation:
+        doc["isolation"] = isolation
     (out / "result.json").write_text(json.dumps(doc, indent=2) + "\n")
     return doc

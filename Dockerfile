@@ -1,0 +1,47 @@
+# The shardproof GitHub Action: the verifier, the torch-xla front end and the bot in one image.
+# GitHub builds it FROM python:3.11-slim; the base is an ARG so that it also builds where Docker
+# Hub is out of reach (the tests import a debootstrapped Debian bookworm as BASE).
+ARG BASE=python:3.11-slim
+FROM ${BASE}
+
+# PJRT_DEVICE: torch-xla traces on the CPU. The venv keeps the install apart from the base's
+# Python (Debian's refuses pip installs outside a venv) and gives the entry point a fixed path.
+ENV PJRT_DEVICE=CPU \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PATH=/opt/shardproof/bin:$PATH
+
+# Third-party packages first, in their own layer: ~7 GB (PyPI's torch brings its CUDA wheels,
+# which its import needs) that change only with these pins. binutils is needed only to strip
+# egglog's bindings library of debug info (209 MB -> 15 MB) and leaves in the same layer.
+# torch-xla links against libpython3.11.so: python:3.11-slim has it, Debian's python3 does not.
+# DL3008 (pin apt versions): binutils is a build-time tool purged in this very RUN, so nothing of
+# it ships; a pinned Debian revision disappears from the mirror with each point release and
+# would break the build, whichever base (python:3.11-slim or Debian bookworm) it runs on.
+# hadolint ignore=DL3008
+RUN set -eux; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends binutils; \
+    python3 -c "import ctypes.util as u, sys; sys.exit(u.find_library('python3.11') is None)" \
+        || apt-get install -y --no-install-recommends libpython3.11; \
+    python3 -m venv /opt/shardproof; \
+    pip install --no-cache-dir \
+        torch==2.9.0 torch-xla==2.9.0 egglog==13.2.0 \
+        PyGithub==2.10.0 docker==7.2.0 PyYAML==6.0.3 Jinja2==3.1.6; \
+    find /opt/shardproof -path '*/egglog/bindings*.so' -exec strip --strip-debug {} +; \
+    apt-get purge -y --auto-remove binutils; \
+    rm -rf /var/lib/apt/lists/*
+
+# The package itself (.dockerignore lets only its sources in). Its dependencies are all above.
+# The imports at the end make a broken image fail here, not in the first pull request.
+COPY . /tmp/shardproof-src
+RUN pip install --no-cache-dir --no-deps /tmp/shardproof-src \
+    && rm -rf /tmp/shardproof-src \
+    && python -c "import torch_xla, egglog.bindings, github, docker, shardproof.bot.app" \
+    && shardproof --help > /dev/null
+
+# GitHub runs the container with the workspace as working directory and the inputs as
+# INPUT_<NAME> variables; `shardproof github` reads them. Model builds of a pull request run in
+# sibling containers of this image when the Docker socket is mounted (bot/sandbox.py).
+ENTRYPOINT ["/opt/shardproof/bin/shardproof", "github"]
