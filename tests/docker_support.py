@@ -9,7 +9,11 @@ here goes through a proxy with its own CA: the host's CA bundle goes into the ba
 
 The daemon is stopped by its pid (never by name), in a ``finally`` of the session fixture.
 Set ``SHARDPROOF_TEST_DOCKER_DIR`` to a folder to keep the daemon's data (images) between
-sessions while developing; by default everything lives in a temporary folder that is removed.
+sessions while developing; by default everything lives in temporary folders that are removed.
+The image needs ~8 GB of layers and, while it builds, as much again (downloaded wheels, the
+committed copy of the build container's layer): the data root goes to the roomiest of the
+checkout's ``.tools/``, ``/var/tmp`` and ``/tmp``, never to ``/tmp`` by default, which is a
+RAM-backed tmpfs of half the memory on some machines (a CI run ran out of space there).
 """
 
 from __future__ import annotations
@@ -69,8 +73,9 @@ def _stop_pid(pid: int, grace: float) -> None:
 
 @dataclass
 class Daemon:
-    folder: Path
+    folder: Path  # socket, exec root, pid file, log: short paths (108-byte socket limit)
     proc: subprocess.Popen[bytes]
+    data: Path  # the data root: image layers, gigabytes
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -112,31 +117,60 @@ class Daemon:
             mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
         except OSError:
             return
-        prefix = str(self.folder.resolve()) + "/"
-        for point in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
+        prefixes = tuple(str(p.resolve()) + "/" for p in (self.folder, self.data))
+        for point in sorted((m for m in mounts if m.startswith(prefixes)), key=len, reverse=True):
             subprocess.run(["umount", "-l", point], check=False, capture_output=True)
 
 
-def start_daemon(folder: Path, ready_timeout: float = 90.0) -> Daemon:
+# What a build of the action's image needs on the data root's file system, measured (7.97 GB
+# image, plus the wheels and the committed layer copy while the big RUN step finishes).
+NEEDED_BYTES = 20 * 2**30
+
+
+def roomiest_data_dir() -> Path:
+    """The candidate folder whose file system has the most free space (see the module doc)."""
+    candidates = [ROOT / ".tools", Path("/var/tmp"), Path("/tmp")]
+    best, best_free = candidates[-1], -1
+    for c in candidates:
+        try:
+            c.mkdir(parents=True, exist_ok=True)
+            free = shutil.disk_usage(c).free
+        except OSError:
+            continue
+        if free > best_free:
+            best, best_free = c, free
+    return best
+
+
+def free_space(path: Path) -> str:
+    try:
+        return f"{shutil.disk_usage(path).free / 2**30:.1f} GiB free under {path}"
+    except OSError as e:
+        return f"free space under {path} unknown ({e})"
+
+
+def start_daemon(folder: Path, data: Path | None = None, ready_timeout: float = 90.0) -> Daemon:
     dockerd = shutil.which("dockerd")
     if dockerd is None:
         raise DockerUnavailable("dockerd is not installed: `make install` installs Debian's docker.io (apt-get install docker.io debootstrap)")
     if os.geteuid() != 0:
         raise DockerUnavailable("dockerd needs root here (no rootless set-up); run the tests as root")
     folder.mkdir(parents=True, exist_ok=True)
+    data = data or folder / "data"
+    data.mkdir(parents=True, exist_ok=True)
     for stale in ("docker.sock", "dockerd.pid"):
         (folder / stale).unlink(missing_ok=True)
     cmd = [
         dockerd,
         "--bridge=none", "--iptables=false", "--ip6tables=false",  # no private-range networks here
-        f"--data-root={folder / 'data'}", f"--exec-root={folder / 'exec'}",
+        f"--data-root={data}", f"--exec-root={folder / 'exec'}",
         f"--pidfile={folder / 'dockerd.pid'}", "-H", f"unix://{folder / 'docker.sock'}",
     ]  # fmt: skip
     log = open(folder / "dockerd.log", "ab")  # noqa: SIM115 - the daemon owns it
     started = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
     log.close()
-    daemon = Daemon(folder, proc)
+    daemon = Daemon(folder, proc, data)
     deadline = started + ready_timeout
     last = ""
     while time.monotonic() < deadline:
@@ -198,7 +232,7 @@ def build_image(daemon: Daemon, base: str, log: Path, tag: str = IMAGE_TAG, cont
                 out.flush()
                 lines.append(text.rstrip())
             if "error" in chunk:
-                raise DockerUnavailable(f"docker build failed: {chunk['error']}\n" + "\n".join(lines[-30:]))
+                raise DockerUnavailable(f"docker build failed ({free_space(daemon.data)}; the build needs ~{NEEDED_BYTES // 2**30} GiB): {chunk['error']}\n" + "\n".join(lines[-30:]))
     daemon.timings["image_build"] = time.monotonic() - started
     image = client.images.get(tag)
     return str(image.id)
@@ -210,15 +244,19 @@ def docker_session() -> Iterator[Daemon]:
     kept = os.environ.get("SHARDPROOF_TEST_DOCKER_DIR")
     # A short path: containerd's unix sockets live under the exec root (108-byte limit).
     folder = Path(kept) if kept else Path(tempfile.mkdtemp(prefix="spd-", dir="/tmp"))
-    daemon = start_daemon(folder)
+    data = folder / "data" if kept else Path(tempfile.mkdtemp(prefix="shardproof-dockerd-", dir=roomiest_data_dir()))
+    if shutil.disk_usage(data).free < NEEDED_BYTES:
+        warnings.warn(f"the test daemon's data root has {free_space(data)}; building the action's image needs ~{NEEDED_BYTES // 2**30} GiB", stacklevel=1)
+    daemon = start_daemon(folder, data)
     try:
         yield daemon
     finally:
         daemon.stop()
         if not kept:
-            shutil.rmtree(folder, ignore_errors=True)
-            if folder.exists():  # gigabytes of image layers: say so rather than leave them quietly
-                warnings.warn(f"could not remove the test daemon's data under {folder}", stacklevel=1)
+            for path in (data, folder):
+                shutil.rmtree(path, ignore_errors=True)
+                if path.exists():  # gigabytes of image layers: say so rather than leave them quietly
+                    warnings.warn(f"could not remove the test daemon's folder {path}", stacklevel=1)
 
 
 # --------------------------------------------------------------------------------------------
