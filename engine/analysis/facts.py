@@ -31,7 +31,7 @@ class Facts:
 
 
 def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
-    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask"])
+    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp"])
     cls_of_value: dict[object, int] = {}
     classes: dict[int, int] = {}
     members: dict[int, list[int]] = {}
@@ -80,6 +80,15 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
         add_dist_only(xp, "rank", "input", "(rank {d})")
     for xp, a, b in tables["affine"]:
         add_dist_only(xp, f"rank-affine({a}*r{int(b):+d})", "slicing/rank-arithmetic", f"(affine {{d}} {a} {b})")  # type: ignore[call-overload]
+    for xp, a, b in tables["faffine"]:
+        add_dist_only(xp, f"rank-affine float({a}*r{int(b):+d})", "slicing/rank-arithmetic", f"(faffine {{d}} {a} {b})")  # type: ignore[call-overload]
+    for xp, a, v in tables["fquot"]:
+        add_dist_only(xp, f"rank-affine float({a}*r/{v})", "slicing/rank-division")
+    for xp, k in tables["rdiv"]:
+        add_dist_only(xp, f"floor(r/{k})", "slicing/rank-division", f"(rdiv {{d}} {k})")
+    for x, xp, d, k, e in tables["grp"]:
+        where = f", block r mod {k} of {k} along dim {e}" if int(e) >= 0 else ""  # type: ignore[call-overload]
+        add(x, xp, f"rank-group(block floor(r/{k}) along dim {d}{where})", f"(grp {{b}} {{d}} {d} {k} {e})")
     for z, x, d, _size, n, mask in tables["lrd"]:
         # Only sums over blocks of a sharded tensor relate to the baseline (x is the baseline).
         blocks = [str(e) for e in range(int(n)) if int(mask) >> e & 1]  # type: ignore[call-overload]

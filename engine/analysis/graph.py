@@ -20,7 +20,7 @@ from .ops import (
     UNARY_POINTWISE,
 )
 from .signature import Sig, make_sig
-from .tables import Tables
+from .tables import GroupTables, Tables
 
 POINTWISE = UNARY_POINTWISE | BINARY_POINTWISE | TERNARY_POINTWISE
 
@@ -82,7 +82,8 @@ ROW_TABLES = (
     "mirror", "layoutop", "ew", "scalarbcast", "litint", "zerolit", "intop", "intwiden", "cmpop",
     "orop", "boolconv", "selectop", "gathershard", "maskfor", "dsliceat", "identlit", "falselit",
     "onelit", "fillop", "mulop", "addop", "prednefalse", "dotop", "sliceblock", "intconv",
-    "reshapeback", "transposeback",
+    "reshapeback", "transposeback", "itof", "ftoi", "fdivop", "floorop", "onelem", "intdiv",
+    "litfint", "gatherpick", "repeatbc", "mergenext", "unitbcast",
 )  # fmt: skip
 
 
@@ -92,6 +93,7 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
     g = Graphs(spec, baseline, distributed)
     tables = Tables(spec.c)
     g.tables = tables
+    groups = GroupTables(tables, _group_factors(distributed, spec.c))
     rows: dict[str, list[tuple[object, ...]]] = {k: [] for k in ROW_TABLES}
     rows["groupsize"] = [(spec.c,)]
     for d in range(8):
@@ -155,6 +157,10 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
             else:
                 rows["vrow"].append((gid, key, new_list(operands)))
             _class_rows(rows, key, sig, ins, opnd_shapes)
+            if side == "distributed" and ins.opcode == "reshape":
+                bkey = _unit_reshape_broadcast(sig)
+                if bkey is not None:
+                    rows["unitbcast"].append((key, bkey))
             _rank_tables(rows, side, node, sig, opnd_shapes, g, spec.c)
             if side == "baseline":
                 init = None
@@ -162,6 +168,8 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
                     init_ins = g.nodes[operands[1]].ins
                     init = init_ins.literal if init_ins.opcode == "constant" else None
                 tables.baseline(sig, ins, init, block_specs)
+                if groups.factors:
+                    groups.baseline(sig, ins, [d for _, d in sig.ins], sig.out[1])
             elif ins.opcode == "collective-permute":
                 tables.permute(sig, ins, spec.groups)
             elif ins.opcode in COLLECTIVES:
@@ -169,7 +177,7 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
     _mask_tables(rows, g)
     _round_trip_rows(rows, g)
     rows.update({k: sorted(v, key=repr) for k, v in tables.rows.items()})
-    for k in ("intconv", "sliceblock", "fillop", "mulop", "addop", "prednefalse", "identlit", "litint", "zerolit", "intop", "intwiden", "cmpop", "orop", "boolconv", "selectop", "scalarbcast", "layoutop", "ew", "commutative"):
+    for k in ("itof", "ftoi", "fdivop", "floorop", "onelem", "intdiv", "litfint", "repeatbc", "mergenext", "intconv", "sliceblock", "fillop", "mulop", "addop", "prednefalse", "identlit", "litint", "zerolit", "intop", "intwiden", "cmpop", "orop", "boolconv", "selectop", "scalarbcast", "layoutop", "ew", "commutative"):
         rows[k] = sorted(set(rows[k]), key=repr)
     g.rows = rows
     return g
@@ -217,6 +225,9 @@ def _literal_rows(rows: dict[str, list[tuple[object, ...]]], gid: int, ins: Inst
             rows["onelit"].append((lkey,))
         if ins.shape.dtype[0] in "su" and value == int(value):
             rows["litint"].append((lkey, int(value)))
+        p = FLOAT_PRECISION.get(ins.shape.dtype)
+        if p is not None and abs(value) <= 2.0**p and value == int(value):
+            rows["litfint"].append((lkey, int(value)))
 
 
 def _class_rows(rows: dict[str, list[tuple[object, ...]]], key: str, sig: Sig, ins: Instruction, opnd: list[Shape]) -> None:
@@ -238,6 +249,13 @@ def _class_rows(rows: dict[str, list[tuple[object, ...]]], key: str, sig: Sig, i
         rows["dotop"].append((key,))
     if op == "slice":
         rows["sliceblock"].extend(_slice_blocks(key, ins, opnd[0].dims))
+    if op == "broadcast" and opnd:
+        rows["repeatbc"].extend(_repeat_broadcast(key, ins, opnd[0].dims))
+    if op == "reshape" and opnd:
+        src, out = opnd[0].dims, ins.shape.dims
+        for d in range(len(src) - 1):
+            if out == (*src[:d], src[d] * src[d + 1], *src[d + 2 :]):
+                rows["mergenext"].append((key, d))
     if op == "compare" and ins.parsed.get("direction") == "NE" and opnd[0].dtype == "pred":
         rows["prednefalse"].append((key,))
 
@@ -266,9 +284,11 @@ def _check_supported(g: Graphs, side: str, ins: Instruction, module: Module) -> 
         unsupported(f"{ins.opcode} with a reducer that is not a plain add/max/min/mul/and/or")
     if ins.opcode == "convert" and ins.operands and ins.shape.dtype in INT_BITS:
         src = module.entry.get(ins.operands[0])
-        if src is not None and src.shape.dtype not in INT_BITS and src.shape.dtype != "pred":
+        if src is not None and src.shape.dtype not in INT_BITS and src.shape.dtype != "pred" and not _fits_int(module, src, ins.shape.dtype):
             # Out-of-range float->int converts are implementation-defined: XLA:CPU gives
             # different answers for the same value in differently shaped (vectorized) programs.
+            # Exception: values provably in range (see _float_bound), such as torch's
+            # floor(float(rank) / k) for a rank-selected index.
             unsupported(f"convert {src.shape.dtype}->{ins.shape.dtype} is implementation-defined for out-of-range values")
     if ins.opcode == "custom-call":
         target = ins.parsed.get("custom_call_target", "")
@@ -284,6 +304,75 @@ def _check_supported(g: Graphs, side: str, ins: Instruction, module: Module) -> 
         unsupported(f"{ins.opcode} with {len(ins.operands)} operands")
 
 
+FLOAT_MAX = {"f16": 65504.0, "bf16": 3.38953139e38, "f32": 3.40282347e38, "f64": 1.7976931348623157e308}
+# Significand precision: every integer of magnitude <= 2**p is exactly representable.
+FLOAT_PRECISION = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
+
+
+def _fits_int(module: Module, src: Instruction, dtype: str) -> bool:
+    """Every value ``src`` (a float) can hold converts to the signed int ``dtype`` in range."""
+    bound = _float_bound(module, src, 8)
+    return bound is not None and dtype[0] == "s" and bound < 2.0 ** (INT_BITS[dtype] - 1) - 1
+
+
+def _float_bound(module: Module, ins: Instruction, depth: int) -> float | None:
+    """An upper bound on |value| of float ``ins`` that holds for every input, or None. Only a
+    few forms: int->float converts (bounded by the int type, unless the float type overflows),
+    finite scalar literals, division by a nonzero literal, floor/ceil (+1), and the value-
+    preserving reshape/broadcast/copy. NaN cannot arise in these forms."""
+    dtype = ins.shape.dtype
+    if dtype not in FLOAT_MAX or depth <= 0:
+        return None
+    if ins.opcode == "constant":
+        v = _scalar_value(ins)
+        return abs(v) if v is not None and abs(v) <= FLOAT_MAX[dtype] else None
+    src = [module.entry.get(o) for o in ins.operands]
+    if any(o is None for o in src) or not src:
+        return None
+    a = src[0]
+    assert a is not None
+    if ins.opcode == "convert":
+        if a.shape.dtype in INT_BITS:
+            bits = INT_BITS[a.shape.dtype]
+            bound = 2.0 ** (bits - 1 if a.shape.dtype[0] == "s" else bits)
+            return bound if bound <= FLOAT_MAX[dtype] else None
+        if a.shape.dtype in FLOAT_MAX:
+            inner = _float_bound(module, a, depth - 1)
+            return inner * (1 + 2.0**-7) if inner is not None and inner * 2 <= FLOAT_MAX[dtype] else None
+        return None
+    if ins.opcode in ("reshape", "broadcast", "copy"):
+        return _float_bound(module, a, depth - 1)
+    if ins.opcode in ("floor", "ceil"):
+        inner = _float_bound(module, a, depth - 1)
+        return inner + 1 if inner is not None else None
+    if ins.opcode == "divide" and len(src) == 2:
+        b = src[1]
+        assert b is not None
+        num = _float_bound(module, a, depth - 1)
+        den = _literal_scalar(module, b, 4)
+        if num is None or den is None or abs(den) < 1:
+            return None
+        return num / abs(den) * (1 + 2.0**-7)
+    return None
+
+
+def _literal_scalar(module: Module, ins: Instruction, depth: int) -> float | None:
+    """The one value of a constant scalar, seen through converts and broadcasts of it."""
+    if ins.opcode == "constant":
+        return _scalar_value(ins)
+    if depth <= 0 or ins.opcode not in ("convert", "broadcast", "reshape", "copy") or len(ins.operands) != 1:
+        return None
+    src = module.entry.get(ins.operands[0])
+    if src is None or (ins.opcode == "broadcast" and src.shape.dims != ()):
+        return None
+    v = _literal_scalar(module, src, depth - 1)
+    if v is None or ins.opcode != "convert":
+        return v
+    # Only converts that keep the value: an int literal into a float type that holds it exactly.
+    exact = src.shape.dtype in INT_BITS and ins.shape.dtype in FLOAT_PRECISION and abs(v) <= 2.0 ** FLOAT_PRECISION[ins.shape.dtype]
+    return v if exact else None
+
+
 def shape_of(s: Shape) -> str:
     return str(s)
 
@@ -294,6 +383,9 @@ def _slice_blocks(key: str, ins: Instruction, src: tuple[int, ...]) -> list[tupl
     if len(sl) != len(src):
         return []
     cut = [d for d, (a, b, st) in enumerate(sl) if (a, b, st) != (0, src[d], 1)]
+    if not cut:
+        # The whole tensor (y[0:1] of a rank's single expert): block 0 of 1 along any dim.
+        return [(key, d, 0, n, 1) for d, n in enumerate(src) if n > 0]
     if len(cut) != 1:
         return []
     d = cut[0]
@@ -358,8 +450,20 @@ def _rank_tables(rows: dict[str, list[tuple[object, ...]]], side: str, node: Nod
     out_t = ins.shape.dtype
     if op in ("add", "subtract", "multiply") and out_t in INT_BITS:
         rows["intop"].append((key, op))
+    elif op == "divide" and out_t in INT_BITS:
+        rows["intdiv"].append((key, _int_top(out_t)))
+    elif op == "divide" and out_t in FLOAT_PRECISION:
+        rows["fdivop"].append((key,))
+    elif op == "floor" and out_t in FLOAT_PRECISION:
+        rows["floorop"].append((key,))
+    elif op in ("reshape", "broadcast", "copy") and opnd and opnd[0].numel == 1 and ins.shape.numel == 1:
+        rows["onelem"].append((key,))
     elif op == "convert" and opnd:
         a = opnd[0].dtype
+        if a in INT_BITS and out_t in FLOAT_PRECISION:
+            rows["itof"].append((key, 1 << FLOAT_PRECISION[out_t]))
+        if a in FLOAT_PRECISION and out_t in INT_BITS:
+            rows["ftoi"].append((key, _int_top(out_t)))
         if _widens(a, out_t):
             rows["intwiden"].append((key,))
         if a in INT_BITS and out_t in INT_BITS:
@@ -385,6 +489,10 @@ def _rank_tables(rows: dict[str, list[tuple[object, ...]]], side: str, node: Nod
             w = src[0] // c
             kp = sig.with_dims([(w, *src[1:]), opnd[1].dims]).key()
             rows["gathershard"].append((key, kp, w))
+    elif op == "gather" and side == "distributed" and len(opnd) == 2:
+        d = _index_select_dim(ins, opnd[0].dims, opnd[1].dims)
+        if d is not None:
+            rows["gatherpick"].append((key, d, opnd[0].dims[d]))
     elif op == "dynamic-slice" and side == "distributed" and len(node.operands) >= 2:
         src = opnd[0].dims
         sizes = list(ins.parsed.get("dynamic_slice_sizes", []))
@@ -395,6 +503,87 @@ def _rank_tables(rows: dict[str, list[tuple[object, ...]]], side: str, node: Nod
                 d = moving[0]
                 if all(sizes[i] == src[i] for i in range(len(src)) if i != d) and sizes[d] * c == src[d]:
                     rows["dsliceat"].append((node.gid, node.operands[0], d, sizes[d], idx[d]))
+
+
+def _unit_reshape_broadcast(sig: Sig) -> str | None:
+    """The key of the broadcast equal to reshape ``sig`` when the reshape only inserts unit
+    dims: the operand's dims keep their order, matched to the first result dim of their extent
+    after the previous one with only unit dims skipped."""
+    (dtype, src), (_, out) = sig.ins[0], sig.out
+    if len(out) <= len(src):
+        return None
+    dims: list[int] = []
+    j = 0
+    for n in src:
+        while j < len(out) and out[j] != n:
+            if out[j] != 1:
+                return None
+            j += 1
+        if j == len(out):
+            return None
+        dims.append(j)
+        j += 1
+    if any(out[x] != 1 for x in range(j, len(out))):
+        return None
+    return Sig("broadcast", (("dimensions", "[" + ",".join(map(str, dims)) + "]"),), ((dtype, src),), sig.out).key()
+
+
+def _group_factors(distributed: Module, c: int) -> set[int]:
+    """Group factors K = c/n of the index_selects of n elements in the distributed graph: the
+    rank-group relation's tables (GroupTables) are written only for these."""
+    comp = distributed.entry
+    out = set()
+    for ins in comp.instructions:
+        if ins.opcode != "gather" or len(ins.operands) != 2:
+            continue
+        src, idx = (comp.get(o) for o in ins.operands)
+        if src is None or idx is None:
+            continue
+        d = _index_select_dim(ins, src.shape.dims, idx.shape.dims)
+        if d is not None and src.shape.dims[d] and c % src.shape.dims[d] == 0:
+            out.add(c // src.shape.dims[d])
+    return out
+
+
+def _int_top(dtype: str) -> int:
+    """The largest value of an int type (capped: egglog's i64)."""
+    bits = INT_BITS[dtype] - (1 if dtype[0] == "s" else 0)
+    return (1 << min(bits, 62)) - 1
+
+
+def _index_select_dim(ins: Instruction, src: tuple[int, ...], idx: tuple[int, ...]) -> int | None:
+    """d when gather ``ins`` is index_select along d with one index: out = x[i] along d, kept as
+    a unit dim at d (indices of one element, each a scalar start along d; whole slices of every
+    other dim, which keep their places)."""
+    p = ins.parsed
+    if len(idx) != 1 or idx[0] != 1 or p.get("index_vector_dim") != 1:
+        return None
+    collapsed = list(p.get("collapsed_slice_dims", []))
+    if len(collapsed) != 1 or list(p.get("start_index_map", [])) != collapsed:
+        return None
+    d = collapsed[0]
+    if not 0 <= d < len(src):
+        return None
+    if list(p.get("slice_sizes", [])) != [1 if i == d else n for i, n in enumerate(src)]:
+        return None
+    if list(p.get("offset_dims", [])) != [i for i in range(len(src)) if i != d] or ins.shape.dims != tuple(1 if i == d else n for i, n in enumerate(src)):
+        return None
+    if any(k in p for k in ("operand_batching_dims", "start_indices_batching_dims")) and (p.get("operand_batching_dims") or p.get("start_indices_batching_dims")):
+        return None
+    return d
+
+
+def _repeat_broadcast(key: str, ins: Instruction, src: tuple[int, ...]) -> list[tuple[object, ...]]:
+    """repeatbc rows (key, d, R, N): the broadcast keeps every operand dim in place except that
+    it inserts a new dim of extent R right after d (repeat_interleave's first step); N = the
+    extent of d and the new dim merged."""
+    dims = list(ins.parsed.get("dimensions", []))
+    out = ins.shape.dims
+    rows: list[tuple[object, ...]] = []
+    for d in range(len(src)):
+        if dims == [*range(d + 1), *range(d + 2, len(src) + 1)] and out == (*src[: d + 1], out[d + 1], *src[d + 1 :]):
+            rows.append((key, d, out[d + 1], src[d] * out[d + 1]))
+    return rows
 
 
 def _mask_tables(rows: dict[str, list[tuple[object, ...]]], g: Graphs) -> None:

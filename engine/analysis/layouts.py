@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .bijection import Layout
 from .signature import Sig, prod, scale
+from .tables import unit_block_broadcast
 
 ID = "id"
 
@@ -35,13 +36,19 @@ class LayoutSolver:
         out = sig.out[1]
         perm = _perm(sig)
         if side == "d":
+            if sig.opcode not in ("transpose", "reshape"):
+                return None
             layout = self._get(lkey, src)
             if layout is None or layout.src != src:
                 return None
             new = layout.then_src_transpose(perm) if sig.opcode == "transpose" else layout.then_src_reshape(out)
             return None if new is None else (self._key(new), kind)
         # Baseline side: the laid-out distributed tensor has x's shape, or its per-rank block.
+        if sig.opcode not in ("transpose", "reshape", "broadcast"):
+            return None
         if kind.startswith("s:"):
+            if sig.opcode == "broadcast":
+                return None
             d = int(kind[2:])
             per_rank_src = scale(src, d, self.c)
             if per_rank_src is None:
@@ -61,6 +68,14 @@ class LayoutSolver:
         layout = self._get(lkey, src)
         if layout is None or layout.dst != src:
             return None
+        if sig.opcode == "broadcast":
+            # Only for a duplicate: block r along e of broadcast(x) is reshape(x) to the block's
+            # shape (unit_block_broadcast), so L(x') = x gives reshape∘L (x') = that block.
+            e = unit_block_broadcast(src, out, perm, self.c)
+            if kind != "dup" or e is None:
+                return None
+            new = layout.then_dst_reshape((*out[:e], 1, *out[e + 1 :]))
+            return None if new is None else (self._key(new), f"s:{e}")
         new = layout.then_dst_transpose(perm) if sig.opcode == "transpose" else layout.then_dst_reshape(out)
         return None if new is None else (self._key(new), kind)
 

@@ -9,6 +9,9 @@ group size ``c``, computed here once per distinct signature and loaded as TSV ta
                              kp is its per-rank signature (any block order along d survives).
 ``moves1p(k, d, e, kp)``     the same, but only for plain (contiguous) sharding (reshape, slice).
 ``bcastnew(k, e, kp)``       broadcast k creates output dim e; kp broadcasts into e/c.
+``bcastunit(k, e)``          block r along e of broadcast k is a reshape of its operand (see
+                             unit_block_broadcast); ``bcastexpand(k, e)``: and it has the
+                             operand's shape (the broadcast only expands a unit dim e to c).
 ``moves2(k, dl, dr, e, kp)`` binary k: both operands sharded (dl, dr) give output sharded e.
 ``moves2l(k, d, e, kp)``     binary k: lhs sharded d, rhs identical on all ranks, output e.
 ``moves2r(k, d, e, kp)``     binary k: rhs sharded d, lhs identical on all ranks, output e.
@@ -119,6 +122,11 @@ class Tables:
                     so = scale(out, e, c)
                     if so:
                         self.add("bcastnew", k, e, sig.with_dims(None, so).key())
+            e = unit_block_broadcast(src, out, dims, c)
+            if e is not None:
+                self.add("bcastunit", k, e)
+                if (*out[:e], 1, *out[e + 1 :]) == src:
+                    self.add("bcastexpand", k, e)
             for o in ("add", "max", "min"):
                 self.add("lin1", k, o)
         elif op == "reshape":
@@ -301,6 +309,30 @@ class Tables:
             self.add("permuteall", sig.key())
 
 
+def unit_block_broadcast(src: Dims, out: Dims, dims: list[int], c: int) -> int | None:
+    """The dim e when block r of c along e of ``broadcast(x)`` is a reshape of x: the broadcast
+    keeps x's dims in order and at their sizes, except that it creates (or expands from 1) dim e
+    with extent c, and any other dim it creates has extent 1. Then the per-rank broadcast
+    (extent 1 along e) only inserts unit dims: it equals reshape(x), which XLA elides."""
+    if len(dims) != len(src) or list(dims) != sorted(set(dims)) or c < 2:
+        return None
+    sharded = []
+    for e, n in enumerate(out):
+        if e in dims:
+            s = src[dims.index(e)]
+            if s == n:
+                continue
+            if s == 1 and n == c:
+                sharded.append(e)
+                continue
+            return None
+        if n == c:
+            sharded.append(e)
+        elif n != 1:
+            return None
+    return sharded[0] if len(sharded) == 1 else None
+
+
 def _literal_value(text: str) -> str:
     t = text.strip().strip("{}").strip()
     try:
@@ -314,3 +346,192 @@ def _literal_value(text: str) -> str:
     if f == float("-inf"):
         return "-inf"
     return t
+
+
+def gscale(dims: Dims, d: int, k: int, e: int, c: int) -> Dims | None:
+    """The per-rank shape of a rank-group relation grp(d, K, e): dims[d] divided by q = c/K,
+    dims[e] (e >= 0) by K; None when they do not divide."""
+    q = c // k
+    if not 0 <= d < len(dims) or dims[d] % q or dims[d] < q or e == d or e >= len(dims):
+        return None
+    out = list(dims)
+    out[d] //= q
+    if e >= 0:
+        if dims[e] % k or dims[e] < k:
+            return None
+        out[e] //= k
+    return tuple(out)
+
+
+class GroupTables:
+    """Shape arithmetic of the rank-group relation ``grp x x' d K e`` (rules/slicing.egg): rank
+    r holds block floor(r/K) of q = c/K along d and, for e >= 0, block r mod K of K along e.
+    Rows for the group factors K the distributed graph selects with (rank-indexed
+    index_selects), for every baseline signature:
+
+    ``gm1(k, d, K, e, d2, e2, kp)``   unary k maps grp(d, K, e) of its operand to grp(d2, K, e2)
+    ``gm2(k, d, K, e, kp)``           pointwise binary, both operands grp(d, K, e)
+    ``gm2l(k, d, K, e, d2, e2, kp)``  binary with a duplicate rhs (reduce init)
+    ``gm3(k, d, K, e, kp)``           pointwise ternary, all operands grp(d, K, e)
+    ``gdot(k, dl, el, dr, er, K, d2, e2, kp)`` dot: (dl, dr) a batch pair; el / er a free dim of
+                                      one side (or a second batch pair, or both -1)
+    ``gbnew(k, d, K, e, kp)``         broadcast of a duplicate that creates d (and e)
+    ``gsplit(k, f, K, d, e, kp)``     reshape splitting a dim f sharded over c into (q, B, ...)
+    ``gmerge(k, d, K, e, f, kp)``     reshape merging grp(d, K, d+1) with q = extent(d) back
+    ``gcat(k, d, K, e, kp)``          concatenate along a dim other than d and e
+    """
+
+    def __init__(self, tables: Tables, factors: set[int]) -> None:
+        self.t = tables
+        self.c = tables.c
+        self.factors = sorted(k for k in factors if 1 < k < tables.c and tables.c % k == 0)
+
+    def _pairs(self, dims: Dims, k: int) -> list[tuple[int, int, Dims]]:
+        out = []
+        for d in range(len(dims)):
+            for e in (-1, *range(len(dims))):
+                s = gscale(dims, d, k, e, self.c)
+                if s is not None:
+                    out.append((d, e, s))
+        return out
+
+    def baseline(self, sig: Sig, ins: Instruction, ins_dims: list[Dims], out: Dims) -> None:
+        for k in self.factors:
+            self._rows(sig, ins, ins_dims, out, k)
+
+    def _rows(self, sig: Sig, ins: Instruction, ins_dims: list[Dims], out: Dims, k: int) -> None:
+        op, key, c, add = sig.opcode, sig.key(), self.c, self.t.add
+        if op in UNARY_POINTWISE:
+            for d, e, s in self._pairs(out, k):
+                add("gm1", key, d, k, e, d, e, sig.with_dims([s], s).key())
+        elif op in BINARY_POINTWISE and len(ins_dims) == 2 and ins_dims[0] == ins_dims[1] == out:
+            for d, e, s in self._pairs(out, k):
+                add("gm2", key, d, k, e, sig.with_dims([s, s], s).key())
+        elif op in TERNARY_POINTWISE and all(x == out for x in ins_dims):
+            for d, e, s in self._pairs(out, k):
+                add("gm3", key, d, k, e, sig.with_dims([s, s, s], s).key())
+        elif op == "transpose":
+            perm = list(ins.parsed.get("dimensions", []))
+            for d, e, si in self._pairs(ins_dims[0], k):
+                d2, e2 = perm.index(d), perm.index(e) if e >= 0 else -1
+                so = gscale(out, d2, k, e2, c)
+                if so:
+                    add("gm1", key, d, k, e, d2, e2, sig.with_dims([si], so).key())
+        elif op == "broadcast":
+            self._broadcast(sig, ins, ins_dims[0], out, k)
+        elif op == "reshape":
+            self._reshape(sig, ins_dims[0], out, k)
+        elif op == "slice":
+            sl = [tuple(x) for x in ins.parsed.get("slice", [])]
+            src = ins_dims[0]
+            for d, e, si in self._pairs(src, k):
+                if len(sl) != len(src) or any(sl[x] != (0, src[x], 1) for x in (d, e) if x >= 0):
+                    continue
+                new = list(sl)
+                for x in (d, e):
+                    if x >= 0:
+                        new[x] = (0, si[x], 1)
+                so = gscale(out, d, k, e, c)
+                if so:
+                    add("gm1", key, d, k, e, d, e, sig.with_dims([si], so, slice=new).key())
+        elif op == "reduce" and len(ins_dims) == 2:
+            dims = sorted(ins.parsed.get("dimensions", []))
+            for d, e, si in self._pairs(ins_dims[0], k):
+                if d in dims or e in dims:
+                    continue
+                d2 = d - sum(1 for x in dims if x < d)
+                e2 = e - sum(1 for x in dims if x < e) if e >= 0 else -1
+                so = gscale(out, d2, k, e2, c)
+                if so:
+                    add("gm2l", key, d, k, e, d2, e2, sig.with_dims([si, ins_dims[1]], so).key())
+        elif op == "dot" and len(ins_dims) == 2:
+            self._dot(sig, ins, ins_dims, out, k)
+        elif op == "concatenate":
+            cat = (ins.parsed.get("dimensions") or [0])[0]
+            for d, e, so in self._pairs(out, k):
+                if cat in (d, e):
+                    continue
+                shapes = [gscale(x, d, k, e, c) for x in ins_dims]
+                if all(shapes):
+                    add("gcat", key, d, k, e, sig.with_dims(shapes, so).key())
+
+    def _broadcast(self, sig: Sig, ins: Instruction, src: Dims, out: Dims, k: int) -> None:
+        key, c, add = sig.key(), self.c, self.t.add
+        dims = list(ins.parsed.get("dimensions", []))
+        if len(dims) != len(src):
+            return
+        # grp operand: d (and e) map onto dims of the same extent; an operand grp(d, K, -1) may
+        # also take its block r mod K along a dim the broadcast creates (all its values equal).
+        for d, e, si in self._pairs(src, k):
+            if src[d] != out[dims[d]] or (e >= 0 and src[e] != out[dims[e]]):
+                continue
+            targets = [dims[e]] if e >= 0 else [-1, *(x for x in range(len(out)) if x not in dims)]
+            for e2 in targets:
+                so = gscale(out, dims[d], k, e2, c)
+                if so:
+                    add("gm1", key, d, k, e, dims[d], e2, sig.with_dims([si], so).key())
+        # duplicate operand: d and e are created (or expanded from extent 1) by the broadcast.
+        made = [x for x in range(len(out)) if x not in dims or src[dims.index(x)] == 1]
+        for d, e, so in self._pairs(out, k):
+            if d in made and (e < 0 or e in made):
+                add("gbnew", key, d, k, e, sig.with_dims(None, so).key())
+
+    def _reshape(self, sig: Sig, src: Dims, out: Dims, k: int) -> None:
+        key, c, add = sig.key(), self.c, self.t.add
+        q = c // k
+
+        def whole(d: int) -> int | None:
+            """The out dim that dim d of src maps onto as a whole (same extent, same prefix)."""
+            for x in range(len(out)):
+                if out[x] == src[d] and prod(out[:x]) == prod(src[:d]):
+                    return x
+            return None
+
+        for d, e, si in self._pairs(src, k):
+            d2 = whole(d)
+            e2 = whole(e) if e >= 0 else -1
+            if d2 is None or e2 is None:
+                continue
+            so = gscale(out, d2, k, e2, c)
+            if so:
+                add("gm1", key, d, k, e, d2, e2, sig.with_dims([si], so).key())
+        # Sharded dim f (block r of c, contiguous) split as (q, B, T...): block r is index
+        # floor(r/K) along the q-dim and block r mod K of B, the rest whole (B % K == 0).
+        for f in range(len(src)):
+            for d in range(len(out) - 1):
+                if out[d] != q or prod(out[:d]) != prod(src[:f]) or out[d + 1] % k:
+                    continue
+                if not any(prod(out[d:j]) == src[f] for j in range(d + 2, len(out) + 1)):
+                    continue
+                si, so = scale(src, f, c), gscale(out, d, k, d + 1, c)
+                if si and so:
+                    add("gsplit", key, f, k, d, d + 1, sig.with_dims([si], so).key())
+        # ... and back: merging d, d+1 (and whole dims after them) into f gives the plain split.
+        for d in range(len(src) - 1):
+            if src[d] != q or src[d + 1] % k:
+                continue
+            for f in range(len(out)):
+                if prod(out[:f]) == prod(src[:d]) and any(prod(src[d:j]) == out[f] for j in range(d + 2, len(src) + 1)):
+                    si, so = gscale(src, d, k, d + 1, c), scale(out, f, c)
+                    if si and so:
+                        add("gmerge", key, d, k, d + 1, f, sig.with_dims([si], so).key())
+
+    def _dot(self, sig: Sig, ins: Instruction, ins_dims: list[Dims], out: Dims, k: int) -> None:
+        key, c, add = sig.key(), self.c, self.t.add
+        p = ins.parsed
+        lb, rb = list(p.get("lhs_batch_dims", [])), list(p.get("rhs_batch_dims", []))
+        lc, rc = list(p.get("lhs_contracting_dims", [])), list(p.get("rhs_contracting_dims", []))
+        lhs, rhs = ins_dims
+        lfree = [x for x in range(len(lhs)) if x not in lb and x not in lc]
+        rfree = [x for x in range(len(rhs)) if x not in rb and x not in rc]
+        lpos = {x: len(lb) + j for j, x in enumerate(lfree)}
+        rpos = {x: len(lb) + len(lfree) + j for j, x in enumerate(rfree)}
+        for i, (dl, dr) in enumerate(zip(lb, rb, strict=False)):
+            options: list[tuple[int, int, int]] = [(-1, -1, -1)]
+            options += [(x, -1, lpos[x]) for x in lfree]
+            options += [(-1, x, rpos[x]) for x in rfree]
+            options += [(lb[j], rb[j], j) for j in range(len(lb)) if j != i]
+            for el, er, e2 in options:
+                sl, sr, so = gscale(lhs, dl, k, el, c), gscale(rhs, dr, k, er, c), gscale(out, i, k, e2, c)
+                if sl and sr and so:
+                    add("gdot", key, dl, el, dr, er, k, i, e2, sig.with_dims([sl, sr], so).key())
