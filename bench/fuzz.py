@@ -1,13 +1,16 @@
-"""Fuzzing benchmark: a million inputs into the HLO parser and the relations loader, and whole
-mutated pairs through verify(), on every core.
+"""Fuzzing benchmark: a million inputs into the HLO parser, the relations loader, the
+``.shardproof.yml`` loader and the bot's GitHub event and patch parsers, and whole mutated pairs
+through verify(), on every core.
 
     python bench/fuzz.py --count 1000000 [--engine auto|atheris|random] [--verify-count 2000]
 
+``--count`` is shared by every target (TARGET_SHARE); ``--verify-count`` pairs come on top.
+
 Engines:
 - ``atheris`` (coverage-guided libFuzzer, if ``pip install atheris`` worked): one fuzzer process
-  per target, seeded with every HLO / relations file of the repository and an HLO token
-  dictionary, ``-timeout`` as the hang detector. A crash stops that fuzzer and leaves its input
-  under ``out/fuzz/``;
+  per text target, seeded with the repository's files of that kind and a token dictionary,
+  ``-timeout`` as the hang detector. A crash stops that fuzzer and leaves its input under
+  ``out/fuzz/``; the data targets (relations-data, verify) run on the random engine;
 - ``random``: our own structured mutators (tests/mutation/fuzzing.py) in a process pool; every
   input is timed, a SIGALRM watchdog turns a hang into a counted outcome.
 
@@ -40,6 +43,9 @@ from mutation import fuzzing  # noqa: E402  (tests/ is not a package on the defa
 
 CHUNK = 2000
 WATCHDOG_S = 20
+# Share of --count per target. The parser gets what rounding leaves.
+TARGET_SHARE = {"parser": 0.25, "relations": 0.2, "relations-data": 0.1, "config": 0.15, "event": 0.15, "patch": 0.15}
+TEXT_TARGETS = ("parser", "relations", "config", "event", "patch")  # atheris feeds these bytes
 DICTIONARY = [
     "HloModule", "ENTRY", "ROOT", "parameter(", "constant(", "tuple(", "get-tuple-element(", "index=",
     "f32[", "bf16[", "s32[", "pred[", "]{1,0}", "(f32[], f32[])", "->", "%", "=", "{", "}", "(", ")",
@@ -49,6 +55,10 @@ DICTIONARY = [
     "sharding={devices=[2,1]<=[2]}", "padding=0_0x1_2_1", "window={size=1x3 stride=1x2}", "FileNames",
     "groups:", "inputs:", "outputs:", "relation:", "duplicate", "sharded", "partial", "rank", "token",
     "dim:", "blocks:", "baseline:", "distributed:", "custom_calls:", "int_range:", "&a", "*a", "!!str",
+    "version: 1", "models:", "- name:", "entry:", "m:f", "tp:", "defaults:", "size:", "timeout:", "layer_pattern:",
+    "python_path:", "hide_frames:", "<<:", "!!int", "!!timestamp", ".nan", ".inf",
+    '"pull_request"', '"head"', '"sha"', '"number"', '"repository"', '"full_name"', '"workflow_run"',
+    '"head_sha"', '"pull_requests"', '"after"', "null", "1e999", "@@ -1,3 +1,4 @@", "\\ No newline at end of file",
 ]  # fmt: skip
 
 
@@ -80,6 +90,29 @@ def _random_input(rng: random.Random, target: str, seeds: dict[str, list[Any]]) 
         if r < 0.8:
             return "perturbed", fuzzing.perturb_relations(rng, base)
         return "random", fuzzing.random_value(rng)
+    if target == "config":
+        if r < 0.4:
+            return "structured", fuzzing.mutate_config(rng, rng.choice(seeds["config"]))
+        if r < 0.8:
+            return "mutated", fuzzing.mutate_text(rng, rng.choice(seeds["config"]))
+        if r < 0.9:
+            return "bytes", bytes(rng.randrange(256) for _ in range(rng.randint(0, 400)))
+        alphabet = "models:- name entry: m:f tp: 2 groups[[0,1]]{}\n  #&*!<>|'\"\x00\t"
+        return "random", "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 300)))
+    if target == "event":
+        pr_event = rng.choice([None, None, rng.choice(seeds["event"]), fuzzing.mutate_tree(rng, rng.choice(seeds["event"]), fuzzing._EVENT_KEYS, fuzzing._EVENT_VALUES)])
+        name = rng.choice(fuzzing.EVENT_NAMES)
+        if r < 0.85:
+            return "mutated", (fuzzing.mutate_event(rng, rng.choice(seeds["event"])), name, pr_event)
+        return "bytes", (bytes(rng.randrange(256) for _ in range(rng.randint(0, 300))), name, pr_event)
+    if target == "patch":
+        if r < 0.35:
+            patch, added, context = fuzzing.valid_patch(rng)
+            return "valid", (patch, (added, context))
+        if r < 0.9:
+            return "mutated", (fuzzing.mutate_patch(rng, rng.choice(seeds["patch"])), None)
+        alphabet = "@@ -+,0123456789\n \\No newline\r\x0c\u2028"
+        return "random", ("".join(rng.choice(alphabet) for _ in range(rng.randint(0, 300))), None)
     pair = rng.choice(seeds["pairs"])
     dist, rel = pair.distributed, pair.relations
     if r < 0.7:
@@ -105,6 +138,12 @@ def _run_one(target: str, arg: Any) -> fuzzing.Outcome:
         return fuzzing.relations_text_target(arg)
     if target == "relations-data":
         return fuzzing.relations_data_target(arg)
+    if target == "config":
+        return fuzzing.config_target(arg)
+    if target == "event":
+        return fuzzing.event_target(*arg)
+    if target == "patch":
+        return fuzzing.patch_target(*arg)
     return fuzzing.verify_target(*arg)
 
 
@@ -143,8 +182,40 @@ def _seeds() -> dict[str, list[Any]]:
         from mutation.campaign import load_corpus
 
         rel = fuzzing.relations_seeds()
-        _SEEDS = {"hlo": fuzzing.hlo_seeds(), "rel": rel, "data": [yaml.safe_load(t) for t in rel], "pairs": load_corpus(REPO)}
+        _SEEDS = {
+            "hlo": fuzzing.hlo_seeds(), "rel": rel, "data": [yaml.safe_load(t) for t in rel], "pairs": load_corpus(REPO),
+            "config": fuzzing.config_seeds(), "event": fuzzing.event_seeds(), "patch": fuzzing.patch_seeds(),
+        }  # fmt: skip
     return _SEEDS
+
+
+def text_seeds(target: str) -> list[bytes]:
+    """The repository's own inputs of a text target, for atheris' starting corpus."""
+    if target == "parser":
+        texts = fuzzing.hlo_seeds()
+    elif target == "relations":
+        texts = fuzzing.relations_seeds()
+    elif target == "config":
+        texts = fuzzing.config_seeds()
+    elif target == "event":
+        texts = [json.dumps(e) for e in fuzzing.event_seeds()]
+    else:
+        texts = fuzzing.patch_seeds()
+    return [t.encode("utf-8", errors="surrogatepass") for t in texts]
+
+
+def text_outcome(target: str, data: bytes) -> fuzzing.Outcome:
+    """One atheris input (bytes) into a text target."""
+    if target == "config":
+        return fuzzing.config_target(data)  # as bytes: the loader's decoding is under test too
+    if target == "event":
+        return fuzzing.event_target(data)
+    text = data.decode("utf-8", errors="replace")
+    if target == "parser":
+        return fuzzing.parse_target(text)
+    if target == "relations":
+        return fuzzing.relations_text_target(text)
+    return fuzzing.patch_target(text)
 
 
 def random_engine(targets: dict[str, int], workers: int, seed: int) -> dict[str, Any]:
@@ -179,26 +250,34 @@ def atheris_child(target: str, runs: int, seed: int, stats: Path, corpus: Path, 
     import atheris
 
     # Modules imported inside this block get coverage instrumentation (libFuzzer's guidance);
-    # fuzzing.py imports them lazily, so this is their first import in this process.
+    # fuzzing.py imports them lazily, so this is their first import in this process. PyYAML is
+    # imported first, uninstrumented: instrumented, its pure-Python scanner is ~50x slower, and
+    # its coverage would steer the fuzzer into YAML syntax instead of our loaders.
+    import yaml  # noqa: F401
+
     with atheris.instrument_imports():
-        for name in ("shardproof.engine.hlo.parser", "shardproof.engine.hlo.shapecheck", "shardproof.engine.relations"):
+        for name in ("shardproof.engine.hlo.parser", "shardproof.engine.hlo.shapecheck", "shardproof.engine.relations", "shardproof.engine.frontend.schema", "shardproof.engine.frontend.config", "shardproof.bot.event", "shardproof.bot.diff"):
             importlib.import_module(name)
     counts: Counter[str] = Counter()
     examples: dict[str, str] = {}
     slowest = [0.0]
+    dumped = [time.monotonic()]
 
     def dump() -> None:
         stats.write_text(json.dumps({"counts": counts, "examples": examples, "slowest": slowest[0]}))
+        dumped[0] = time.monotonic()
 
     def one(data: bytes) -> None:
-        text = data.decode("utf-8", errors="replace")
-        out = fuzzing.parse_target(text) if target == "parser" else fuzzing.relations_text_target(text)
+        out = text_outcome(target, data)
         slowest[0] = max(slowest[0], out.seconds)
         key = f"{out.status}" + (f" {out.key}" if out.status in ("known", "crash") else "")
         counts[key] += 1
         if out.status in ("crash", "slow") and key not in examples:
-            examples[key] = f"{out.detail[:200]} | input: {text[:600]!r}"
-        if sum(counts.values()) % 2000 == 0:
+            examples[key] = f"{out.detail[:200]} | input: {data[:600]!r}"
+        # libFuzzer ends the process from C when it is done (no Python exit handlers run): write
+        # the counts often, and at the last input it will run.
+        n = sum(counts.values())
+        if n % 500 == 0 or n >= runs or time.monotonic() - dumped[0] > 2:
             dump()
         if out.status == "crash":
             dump()
@@ -223,9 +302,8 @@ def atheris_engine(targets: dict[str, int], seed: int) -> dict[str, Any]:
     for i, (target, runs) in enumerate(targets.items()):
         corpus = work / f"corpus-{target}"
         corpus.mkdir()
-        sources = fuzzing.hlo_seeds() if target == "parser" else fuzzing.relations_seeds()
-        for k, text in enumerate(sources):
-            (corpus / f"seed{k}").write_bytes(text.encode()[:8192])
+        for k, data in enumerate(text_seeds(target)):
+            (corpus / f"seed{k}").write_bytes(data[:8192])
         stats = work / f"{target}.json"
         cmd = [sys.executable, __file__, "--atheris-child", target, "--count", str(runs), "--seed", str(seed + i), "--stats", str(stats), "--corpus", str(corpus), "--artifacts", str(artifacts)]
         log = open(work / f"{target}.log", "w")  # noqa: SIM115 - closed after the child exits
@@ -250,7 +328,7 @@ def atheris_engine(targets: dict[str, int], seed: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--count", type=int, default=1_000_000, help="inputs over the parser and relations targets together")
+    ap.add_argument("--count", type=int, default=1_000_000, help="inputs over all targets together (shares: TARGET_SHARE)")
     ap.add_argument("--verify-count", type=int, default=2000, help="mutated pairs through verify() (random engine)")
     ap.add_argument("--engine", choices=("auto", "atheris", "random"), default="auto")
     ap.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2)
@@ -272,15 +350,16 @@ def main(argv: list[str] | None = None) -> int:
             engine = "atheris"
         except ImportError:
             engine = "random"
-    half = ns.count // 2
+    shares = {t: int(ns.count * w) for t, w in TARGET_SHARE.items()}
+    shares["parser"] += ns.count - sum(shares.values())
     t0 = time.perf_counter()
-    print(f"engine {engine}: {ns.count} inputs over parser + relations, {ns.verify_count} pairs through verify(), {ns.workers} workers", flush=True)
+    print(f"engine {engine}: {ns.count} inputs over {', '.join(shares)}, {ns.verify_count} pairs through verify(), {ns.workers} workers", flush=True)
     if engine == "atheris":
-        totals = atheris_engine({"parser": half, "relations": ns.count - half}, ns.seed)
-        if ns.verify_count:
-            totals.update(random_engine({"verify": ns.verify_count}, ns.workers, ns.seed))
+        totals = atheris_engine({t: n for t, n in shares.items() if t in TEXT_TARGETS}, ns.seed)
+        rest = {t: n for t, n in shares.items() if t not in TEXT_TARGETS} | ({"verify": ns.verify_count} if ns.verify_count else {})
+        totals.update(random_engine(rest, ns.workers, ns.seed))
     else:
-        totals = random_engine({"parser": half // 4 * 3, "relations": half // 4 * 3, "relations-data": ns.count - 2 * (half // 4 * 3), "verify": ns.verify_count}, ns.workers, ns.seed)
+        totals = random_engine(shares | {"verify": ns.verify_count}, ns.workers, ns.seed)
     seconds = time.perf_counter() - t0
     bad = 0
     total_inputs = sum(t["n"] for t in totals.values())

@@ -44,14 +44,25 @@ def parse_patch(patch: str) -> tuple[frozenset[int], frozenset[int], tuple[tuple
     hunks: list[tuple[int, int]] = []
     old_left = new_left = 0
     new_line = 0
-    for n, raw in enumerate(patch.splitlines(), 1):
+    # Lines end at "\n" only, as in git: str.splitlines() also breaks at "\r", form feeds, "\x85"
+    # and U+2028, which source lines may contain, and so misread the hunk after them.
+    lines = patch.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # a patch ending in a newline has no empty last line
+    for n, raw in enumerate(lines, 1):
         m = HUNK.match(raw)
         if m:
             if old_left or new_left:
                 raise PatchError(f"line {n}: hunk header before the previous hunk ended")
-            old_left = int(m.group(2)) if m.group(2) is not None else 1
-            new_left = int(m.group(4)) if m.group(4) is not None else 1
-            new_line = int(m.group(3))
+            try:
+                old_left = int(m.group(2)) if m.group(2) is not None else 1
+                new_left = int(m.group(4)) if m.group(4) is not None else 1
+                new_line = int(m.group(3))
+            except ValueError as e:  # more digits than int() reads (4300)
+                raise PatchError(f"line {n}: a number in the hunk header is too long") from e
+            if hunks and new_line <= hunks[-1][1]:
+                # Hunks come in order and apart; an overlap would make a line both added and not.
+                raise PatchError(f"line {n}: hunk starts at line {new_line}, inside the previous hunk")
             # An empty new side (pure deletion) is written "+N,0" and names the line before it.
             hunks.append((new_line, new_line + new_left - 1) if new_left else (new_line, new_line - 1))
             continue

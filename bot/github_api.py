@@ -107,6 +107,10 @@ def classify(e: BaseException, now: float) -> _Transient | None:
         return _Transient(None, True, "the request timed out")
     if isinstance(e, requests.exceptions.ConnectionError):
         return _Transient(None, True, "the connection failed")
+    if isinstance(e, requests.exceptions.ChunkedEncodingError):
+        # The connection broke while the response body arrived: the request was answered (a
+        # write went through) but the answer is lost, exactly like a timeout after the fact.
+        return _Transient(None, True, "the response was cut off")
     if not isinstance(e, GithubException):
         return None
     h = _headers(e)
@@ -169,12 +173,17 @@ class Api:
     def call(self, action: str, fn: Callable[[], T], *, permission: str = "contents", reconcile: Callable[[], T | None] | None = None) -> T:
         """Run ``fn`` under the retry policy. ``reconcile`` finds the object a lost write created."""
         last: _Transient | None = None
+        # Some earlier attempt may have gone through and no successful check has ruled it out.
+        # Not just the last attempt: after a timeout and a check that could not tell, a 429 on
+        # the repeat does not make the timed-out write any less likely to be there.
+        unsure = False
         for attempt in range(self.retry.attempts):
-            if attempt and last is not None and last.maybe_applied and reconcile is not None:
-                found = self._reconcile(action, reconcile, permission)
+            if unsure and reconcile is not None:
+                found, checked = self._reconcile(action, reconcile, permission)
                 if found is not None:
                     self.log(f"{action}: the earlier attempt had gone through; not repeating it")
                     return found
+                unsure = not checked
             try:
                 self.calls += 1
                 return fn()
@@ -183,6 +192,7 @@ class Api:
                 if t is None:
                     raise self._error(action, e, permission) from None
                 last = t
+                unsure = unsure or t.maybe_applied
                 if attempt + 1 >= self.retry.attempts:
                     break
                 wait = t.wait if t.wait is not None else self.retry.backoff(attempt)
@@ -191,19 +201,20 @@ class Api:
                 self.log(f"{action}: {self.redact(t.detail)}; retrying in {wait:.1f} s (attempt {attempt + 2} of {self.retry.attempts})")
                 self.retry.sleep(wait)
         assert last is not None
-        if last.maybe_applied and reconcile is not None:
-            found = self._reconcile(action, reconcile, permission)
+        if unsure and reconcile is not None:
+            found, _ = self._reconcile(action, reconcile, permission)
             if found is not None:
                 return found
         raise GitHubError(action, None, self.redact(last.detail), f"gave up after {self.retry.attempts} attempts; GitHub may be having an outage.")
 
-    def _reconcile(self, action: str, reconcile: Callable[[], T | None], permission: str) -> T | None:
+    def _reconcile(self, action: str, reconcile: Callable[[], T | None], permission: str) -> tuple[T | None, bool]:
+        """What the lost write created, if anything, and whether GitHub could be asked at all."""
         try:
-            return self.call(f"check whether '{action}' went through", reconcile, permission=permission)
+            return self.call(f"check whether '{action}' went through", reconcile, permission=permission), True
         except GitHubError as e:
             # Cannot tell: repeating the write risks a duplicate, not repeating it risks a loss.
             self.log(f"{e}; repeating '{action}'")
-            return None
+            return None, False
 
     def _error(self, action: str, e: BaseException, permission: str) -> GitHubError:
         if not isinstance(e, GithubException):

@@ -8,6 +8,16 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 
 import docker_support  # found through the path above
+from fake_github import FakeGitHub
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeGitHub]:
+    """A fresh stateful fake GitHub over real HTTP, for the bot's tests."""
+    f = FakeGitHub().start()
+    yield f
+    f.stop()
+    assert f.errors == [], f.errors  # the fake itself must not have failed
 
 
 # Docker for the action's tests: one daemon and one image build per session, shared by the

@@ -6,9 +6,12 @@ comment is not on a line of the diff is rejected whole (422); bodies over 65,536
 status descriptions over 140, more than 50 annotations per request are rejected; a read-only
 token gets 403 on every write; requesting changes on one's own pull request is refused.
 
-Faults are injected per request (method + path pattern): a 5xx before or after applying the
-write, a 429 or secondary rate limit with ``Retry-After``, or a response slower than the client's
-timeout (after applying the write — the case that would duplicate without reconciliation).
+Faults are injected per request (method + path pattern, optionally a pattern over the request
+body): a 5xx before or after applying the write, a 429 or secondary rate limit with
+``Retry-After``, a response slower than the client's timeout (after applying the write — the case
+that would duplicate without reconciliation), a connection reset (a TCP RST before or after
+applying the write, or halfway through the response body), or a 422 for one request body (say,
+the review carrying one particular inline comment).
 Every request is logged (method, path, query, headers, body) for assertions and for the contract
 replay against Prism.
 
@@ -21,9 +24,13 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import os
 import re
+import socket
+import struct
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,14 +40,32 @@ from werkzeug import Request, Response
 BOT_LOGIN = "github-actions[bot]"
 
 
+FAULT_KINDS = (
+    "500", "502", "503",  # a server error, the write not applied
+    "500-after",  # the write applied, then a 500
+    "429", "403-secondary",  # rate limits, with Retry-After
+    "slow-before", "slow-after",  # slower than the client's timeout; the write not / applied
+    "reset-before", "reset-after",  # TCP RST instead of a response; the write not / applied
+    "reset-mid-body",  # the write applied, the response cut off by an RST halfway through its body
+    "422",  # refused as invalid (GitHub refuses a review whole when one comment's anchor is bad)
+)  # fmt: skip
+
+
 @dataclass
 class Fault:
-    method: str
+    method: str  # "GET", "POST", ...; "*" for any
     path: str  # regex, matched against the path
-    kind: str  # "500" | "502" | "500-after" | "429" | "403-secondary" | "slow-after" | "slow-before"
+    kind: str  # one of FAULT_KINDS
     retry_after: str | None = None
     times: int = 1
     seconds: float = 1.6  # for slow-*: longer than the bot's 1 s timeout in tests
+    body: str | None = None  # regex over the raw request body: only requests it matches
+    skip: int = 0  # let this many matching requests through before the fault starts
+    fired: int = 0  # how many requests it hit
+
+    def __post_init__(self) -> None:
+        if self.kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault kind {self.kind!r}")
 
 
 @dataclass
@@ -50,7 +75,28 @@ class Logged:
     query: str
     headers: dict[str, str]
     body: Any
-    status: int = 0
+    status: int = 0  # stays 0 when the connection was reset instead of answered
+    fault: str | None = None  # the kind of fault injected into this request
+
+
+def reset_connection(sock: socket.socket) -> None:
+    """Abort a TCP connection with an RST, as a crashing proxy or load balancer does.
+
+    With ``SO_LINGER`` of 0, closing a socket sends RST instead of FIN. The descriptor still
+    belongs to werkzeug's request handler (which reads, writes and closes it afterwards), so it
+    is not closed but replaced: ``dup2`` puts the end of a socket pair whose peer is gone in its
+    place. That drops the last reference to the TCP socket (the RST goes out now) and leaves
+    werkzeug a descriptor on which reads see EOF and writes fail with EPIPE, which it treats as
+    a dropped connection, quietly. Closing the descriptor instead could hand its number to
+    another thread's new connection while werkzeug still uses it.
+    """
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    dead, peer = socket.socketpair()
+    peer.close()
+    try:
+        os.dup2(dead.fileno(), sock.fileno())
+    finally:
+        dead.close()
 
 
 @dataclass
@@ -150,11 +196,12 @@ class FakeGitHub:
         with self._lock:
             self.log.append(entry)
         try:
-            resp = self._dispatch(request, body)
+            resp = self._dispatch(request, body, entry)
         except Exception as e:  # a bug in the fake: make it loud, not a retried 500
             self.errors.append(f"{request.method} {request.path}: {type(e).__name__}: {e}")
             resp = self._json({"message": f"fake error: {e}"}, 599)
-        entry.status = resp.status_code
+        if entry.fault not in ("reset-before", "reset-after", "reset-mid-body"):
+            entry.status = resp.status_code
         return resp
 
     def _json(self, data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -166,23 +213,49 @@ class FakeGitHub:
             data["errors"] = errors
         return self._json(data, status, headers)
 
-    def _take_fault(self, method: str, path: str) -> Fault | None:
+    def _take_fault(self, method: str, path: str, raw: str) -> Fault | None:
         with self._lock:
             for f in self.faults:
-                if f.times > 0 and f.method == method and re.search(f.path, path):
+                if f.times > 0 and f.method in (method, "*") and re.search(f.path, path) and (f.body is None or re.search(f.body, raw)):
+                    if f.skip > 0:
+                        f.skip -= 1
+                        continue
                     f.times -= 1
+                    f.fired += 1
                     return f
         return None
 
-    def _dispatch(self, request: Request, body: Any) -> Response:
+    def _reset(self, request: Request) -> Response:
+        reset_connection(request.environ["werkzeug.socket"])
+        return Response(status=500)  # never reaches the client: werkzeug's write fails quietly
+
+    def _cut(self, request: Request, resp: Response) -> Response:
+        """``resp`` with its status and headers sent, then an RST halfway through its body."""
+        data = resp.get_data()
+        sock = request.environ["werkzeug.socket"]
+
+        def body() -> Iterator[bytes]:
+            yield data[: len(data) // 2]
+            reset_connection(sock)
+
+        # No Content-Length: werkzeug sends the body chunked, so the client learns it was cut
+        # off from the connection, as with GitHub's chunked responses.
+        return Response(body(), status=resp.status_code, content_type=resp.content_type)
+
+    def _dispatch(self, request: Request, body: Any, entry: Logged) -> Response:
         auth = request.headers.get("Authorization", "")
         if auth not in (f"token {self.token}", f"Bearer {self.token}"):
             return self._error(401, "Bad credentials")
         method, path = request.method, request.path
-        fault = self._take_fault(method, path)
+        fault = self._take_fault(method, path, request.get_data(as_text=True))
         if fault is not None:
-            if fault.kind in ("500", "502"):
-                return self._error(int(fault.kind), "Server Error")
+            entry.fault = fault.kind
+            if fault.kind in ("500", "502", "503"):
+                return self._error(int(fault.kind), "Server Error", headers={"Retry-After": fault.retry_after} if fault.retry_after else None)
+            if fault.kind == "reset-before":
+                return self._reset(request)
+            if fault.kind == "422":
+                return self._error(422, "Unprocessable Entity", ["Pull request review thread line must be part of the diff"])
             if fault.kind == "429":
                 return self._error(429, "Too Many Requests", headers={"Retry-After": fault.retry_after or "1"})
             if fault.kind == "403-secondary":
@@ -199,6 +272,10 @@ class FakeGitHub:
             return self._error(500, "Server Error")
         if fault is not None and fault.kind == "slow-after":
             time.sleep(fault.seconds)
+        if fault is not None and fault.kind == "reset-after":
+            return self._reset(request)
+        if fault is not None and fault.kind == "reset-mid-body":
+            return self._cut(request, resp)
         return resp
 
     def _page(self, request: Request, items: list[Any]) -> Response:

@@ -4,7 +4,6 @@ the way the action configures it (INPUT_* and GITHUB_* variables)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import bot_scenarios as sc
@@ -17,12 +16,6 @@ from shardproof.engine.cli import main
 FIXTURE = Path(__file__).parent / "golden" / "fixture" / "result.json"
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeGitHub]:
-    f = FakeGitHub().start()
-    yield f
-    f.stop()
-    assert f.errors == []
 
 
 def test_report_renders_everything_from_a_result_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,23 +5,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import bot_scenarios as sc
 import bot_support as bs
-import pytest
 from fake_github import FakeGitHub
 
 from shardproof.bot.render import MARK_SUMMARY
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeGitHub]:
-    f = FakeGitHub().start()
-    yield f
-    f.stop()
-    assert f.errors == [], f.errors  # the fake itself must not have failed
 
 
 def _final_status(fake: FakeGitHub, sha: str = sc.HEAD) -> dict:

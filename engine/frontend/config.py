@@ -22,6 +22,12 @@ from .schema import key_text, validate
 DEFAULT_TIMEOUT = 300.0
 DEFAULT_MEMORY_MB = 16384
 CONFIG_NAME = ".shardproof.yml"
+# Bounds on what a config may ask for, so that a typo or a corrupt file is a clear error rather
+# than a hang or a crash while loading it.
+MAX_NESTING = 100  # '[' / '{' levels: PyYAML's scanner is quadratic in them, then recurses out
+MAX_VALUES = 50_000  # values with aliases expanded: "billion laughs" files stop here
+MAX_RANKS = 65536  # tp: a group [0 .. tp-1] is built as a list
+MAX_TIMEOUT = 7 * 24 * 3600.0  # seconds; also rejects .inf and .nan, which pass "> 0"
 
 
 @dataclass
@@ -110,17 +116,104 @@ def load_config(path: Path | str) -> Config:
     path = Path(path).absolute()
     shown = _shown(path)
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as e:
         raise InputError(shown, "", f"cannot read the configuration: {e.strerror}") from e
     try:
-        data = yaml.safe_load(text)
-        lines = _key_lines(yaml.compose(text, Loader=yaml.SafeLoader))
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        column = len(raw[raw.rfind(b"\n", 0, e.start) + 1 : e.start].decode("utf-8", "replace")) + 1
+        raise InputError(shown, f"{line}:{column}", f"not UTF-8 text (byte 0x{raw[e.start]:02x})") from e
+    data, node = _read_yaml(text, shown)
+    return parse_config(data, path, _key_lines(node))
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, reporting a scalar it cannot construct (``2001-13-45``, ``0x_``,
+    ``!!int abc``) as a YAML error at its line; PyYAML lets these escape as ValueError & co."""
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError) as e:
+            what = repr(node.value)[:60] if isinstance(node, yaml.ScalarNode) else "this value"
+            tag = node.tag.rsplit(":", 1)[-1]
+            raise yaml.constructor.ConstructorError(None, None, f"cannot read {what} as {tag}: {e}", node.start_mark) from e
+
+
+def _read_yaml(text: str, shown: str) -> tuple[Any, yaml.Node | None]:
+    """The data and the node tree (for line numbers) of one YAML document, or an InputError."""
+    _check_nesting(text, shown)
+    loader: _Loader | None = None
+    try:
+        loader = _Loader(text)  # refuses characters YAML does not allow (NUL, ...) right here
+        node = loader.get_single_node()
+        if node is not None:
+            _check_size(node, shown)
+        return (loader.construct_document(node) if node is not None else None), node
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        where = f"{mark.line + 1}:{mark.column + 1}" if mark else ""
-        raise InputError(shown, where, f"not valid YAML: {getattr(e, 'problem', None) or e}") from e
-    return parse_config(data, path, lines)
+        if mark is not None:
+            where = f"{mark.line + 1}:{mark.column + 1}"
+        elif isinstance(e, yaml.reader.ReaderError):  # a character YAML does not allow
+            line, column = text.count("\n", 0, e.position) + 1, e.position - text.rfind("\n", 0, e.position)
+            where = f"{line}:{column}"
+        else:
+            where = ""
+        # The first line only: a ReaderError goes on with PyYAML's '"<unicode string>", position'.
+        problem = getattr(e, "problem", None) or str(e).split("\n", 1)[0]
+        raise InputError(shown, where, f"not valid YAML: {problem}") from e
+    except RecursionError as e:  # block nesting (indentation) hundreds of levels deep
+        raise InputError(shown, "", "not valid YAML: nested too deeply to read") from e
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def _check_nesting(text: str, shown: str) -> None:
+    """Refuse flow collections nested deeper than MAX_NESTING (quotes ignored: an over-count
+    only matters far beyond any real config)."""
+    depth = 0
+    for m in re.finditer(r"[\[\]{}]", text):
+        if m.group() in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                line = text.count("\n", 0, m.start()) + 1
+                column = m.start() - text.rfind("\n", 0, m.start())
+                raise InputError(shown, f"{line}:{column}", f"not valid YAML here: nested more than {MAX_NESTING} levels deep")
+        elif depth:
+            depth -= 1
+
+
+def _check_size(root: yaml.Node, shown: str) -> None:
+    """Refuse aliases that expand to more than MAX_VALUES values, or that contain themselves:
+    everything after loading walks the expanded data."""
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+
+    def size(n: yaml.Node) -> int:
+        if id(n) in sizes:
+            return sizes[id(n)]
+        if id(n) in open_:
+            raise InputError(shown, f"{n.start_mark.line + 1}", "not valid here: an alias refers to a value that contains the alias")
+        open_.add(id(n))
+        if isinstance(n, yaml.MappingNode):
+            kids = [c for pair in n.value for c in pair]
+        elif isinstance(n, yaml.SequenceNode):
+            kids = list(n.value)
+        else:
+            kids = []
+        total = 1
+        for k in kids:
+            total += size(k)
+            if total > MAX_VALUES:
+                raise InputError(shown, f"{n.start_mark.line + 1}", f"too large: more than {MAX_VALUES} values once aliases are expanded")
+        open_.discard(id(n))
+        sizes[id(n)] = total
+        return total
+
+    size(root)
 
 
 def parse_config(data: Any, path: Path, lines: dict[tuple[str | int, ...], int] | None = None) -> Config:
@@ -130,7 +223,8 @@ def parse_config(data: Any, path: Path, lines: dict[tuple[str | int, ...], int] 
 
     def fail(key_path: tuple[str | int, ...], message: str) -> InputError:
         line = _line_of(lines, key_path)
-        key = key_text(key_path)
+        # YAML keys can be null, booleans, floats or dates (`null: 1`); key_text takes str | int.
+        key = key_text(tuple(p if isinstance(p, str) or type(p) is int else _yaml_word(p) for p in key_path))
         where = str(line) if line else ""
         return InputError(shown, where, f"{key}: {message}" if key else message)
 
@@ -142,8 +236,8 @@ def parse_config(data: Any, path: Path, lines: dict[tuple[str | int, ...], int] 
     root = _root(data, path, fail)
     python_path = []
     for index, folder in enumerate(data.get("python_path", ["."])):
-        resolved = (path.parent / folder).resolve()
-        if not resolved.is_dir():
+        resolved = _folder(path.parent, folder)
+        if resolved is None:
             raise fail(("python_path", index), f"expected a folder relative to {path.name}; {folder!r} does not exist")
         python_path.append(resolved)
     for index, pattern in enumerate(data.get("hide_frames", [])):
@@ -201,6 +295,11 @@ def parse_config(data: Any, path: Path, lines: dict[tuple[str | int, ...], int] 
     return Config(path, root, python_path, list(data.get("hide_frames", [])), models)
 
 
+def _yaml_word(value: Any) -> str:
+    """A non-string key as YAML spells it."""
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def _shown(path: Path) -> str:
     """The config's path as messages show it: relative to the working folder when inside it."""
     try:
@@ -209,19 +308,42 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
+def _folder(base: Path, name: str) -> Path | None:
+    """``base / name`` resolved, if it is a folder (a NUL byte or a symlink loop is not one)."""
+    try:
+        resolved = (base / name).resolve()
+        return resolved if resolved.is_dir() else None
+    except (OSError, ValueError, RuntimeError):
+        return None
+
+
 def _root(data: dict[str, Any], path: Path, fail: Any) -> Path:
     if "root" in data:
-        root = (path.parent / data["root"]).resolve()
-        if not root.is_dir():
+        root = _folder(path.parent, data["root"])
+        if root is None:
             raise fail(("root",), f"expected a folder relative to {path.name}; {data['root']!r} does not exist")
         return root
     return (git_root(path.parent.resolve()) or path.parent).resolve()
 
 
 def _check_settings(settings: dict[str, Any], key_path: tuple[str | int, ...], fail: Any) -> None:
-    """What the schema cannot say about tp/groups, layer_pattern."""
+    """What the schema cannot say about tp/groups, layer_pattern, timeouts and knob names."""
     if "tp" in settings and "groups" in settings:
         raise fail((*key_path, "groups"), "expected either 'tp' or 'groups', not both")
+    if settings.get("tp", 0) > MAX_RANKS:
+        raise fail((*key_path, "tp"), f"expected at most {MAX_RANKS} ranks, got {settings['tp']}")
+    for timeout_path in (("timeout",), ("verify", "timeout")):
+        value: Any = settings
+        for part in timeout_path:
+            value = value.get(part) if isinstance(value, dict) else None
+        # Checked as a number: float() of a huge integer overflows, and inf/nan pass "> 0".
+        if value is not None and not value <= MAX_TIMEOUT:
+            raise fail((*key_path, *timeout_path), f"expected at most {MAX_TIMEOUT:.0f} seconds (a week), got {str(value)[:40]}")
+    for mapping in ("size", "env"):
+        # YAML reads `on:`, `1:` or `2024-01-01:` as a boolean, a number or a date, not a name.
+        for key in settings.get(mapping, {}):
+            if not isinstance(key, str):
+                raise fail((*key_path, mapping, key), f"expected a name, got {_yaml_word(key)}; quote it to make it one")
     groups = settings.get("groups")
     if groups is not None:
         sizes = {len(g) for g in groups}
@@ -236,7 +358,7 @@ def _check_settings(settings: dict[str, Any], key_path: tuple[str | int, ...], f
     if pattern is not None:
         try:
             compiled = re.compile(pattern)
-        except re.error as e:
+        except (re.error, OverflowError, RecursionError) as e:  # a{4294967296}, ((((...))))
             raise fail((*key_path, "layer_pattern"), f"expected a regular expression: {e}") from e
         if compiled.groups < 1:
             raise fail((*key_path, "layer_pattern"), "expected a regular expression whose group 1 captures the layer number")

@@ -1,12 +1,14 @@
-"""Robustness fuzzing of the inputs the verifier reads: HLO text, relations files (text and
-parsed data) and whole pairs through ``verify()``.
+"""Robustness fuzzing of the inputs shardproof reads: HLO text, relations files (text and
+parsed data), whole pairs through ``verify()``, the front end's ``.shardproof.yml``, and the bot's
+GitHub event payloads and pull request patches.
 
-The contract under test: an input yields a result (a Module, a RelationSpec, a verdict) or a
-clean ``InputError``/``HloParseError`` that points inside the input (``line:column`` within the
-text, or a key), within a second; never any other exception and never a hang.
+The contract under test: an input yields a result (a Module, a RelationSpec, a verdict, a Config,
+a Target, commentable lines) or the module's clean error — ``InputError``/``HloParseError``, or
+the bot's ``PatchError`` — that points inside the input (``line:column`` or a line within the
+text, or a key or field), within a second; never any other exception and never a hang.
 
 Exceptions are classified by a *crash key*: the exception type and the innermost frame inside
-``engine/`` (``TypeError@relations.py:_binding``). Keys of engine bugs this campaign found and
+``engine/`` or ``bot/`` (``TypeError@relations.py:_binding``). Keys of engine bugs this campaign found and
 reported are listed in ``KNOWN`` so the fuzz tests keep guarding against *new* crash classes
 while those are open; ``tests/test_fuzz_*.py`` holds one strict-xfail regression per known key,
 which starts failing (XPASS) once the bug is fixed, as a reminder to drop the entry here.
@@ -28,6 +30,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 ENGINE = str(REPO / "engine") + os.sep
+OURS = (ENGINE, str(REPO / "bot") + os.sep)  # frames that name a crash
 SLOW_SECONDS = 1.0
 
 # Engine bugs found by fuzzing and reported to the lead (see the module docstring).
@@ -61,11 +64,21 @@ class Outcome:
     seconds: float = 0.0
 
 
+class Wrong(Exception):
+    """A wrong result (not a crash) found by a differential check; ``key`` names what is wrong."""
+
+    def __init__(self, key: str, detail: str) -> None:
+        super().__init__(detail)
+        self.key = key
+
+
 def crash_key(exc: BaseException) -> str:
-    """``Type@file:function`` of the innermost engine frame (comprehensions skipped); for a
-    RecursionError the engine function that recursed most, since the innermost frame is
+    """``Type@file:function`` of the innermost engine or bot frame (comprehensions skipped);
+    for a RecursionError the function that recursed most, since the innermost frame is
     wherever the stack happened to run out."""
-    frames = [f"{os.path.basename(f.filename)}:{f.name}" for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith(ENGINE) and not f.name.startswith("<")]
+    if isinstance(exc, Wrong):
+        return exc.key
+    frames = [f"{os.path.basename(f.filename)}:{f.name}" for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith(OURS) and not f.name.startswith("<")]
     if not frames:
         return f"{type(exc).__name__}@outside-engine"
     if isinstance(exc, RecursionError):
@@ -118,16 +131,22 @@ def _located(text: str, exc: Any) -> str | None:
     return None
 
 
-def run(fn: Callable[[], Any], text: str = "") -> Outcome:
-    """Call ``fn`` and classify what happens (``text`` is the input, for location checks)."""
+def run(fn: Callable[[], Any], text: str = "", clean: tuple[type[Exception], ...] = (), locate: Callable[[Any], str | None] | None = None) -> Outcome:
+    """Call ``fn`` and classify what happens (``text`` is the input, for location checks).
+
+    ``InputError`` and the ``clean`` types are clean errors when ``locate`` (default: the
+    ``line:column`` check of ``_located``) finds nothing wrong with where they point."""
     from shardproof.engine.errors import InputError
 
     t0 = time.perf_counter()
     try:
         fn()
         out = Outcome("ok")
-    except InputError as e:
-        bad = _located(text, e) if text else None
+    except (InputError, *clean) as e:
+        if locate is not None:
+            bad = locate(e)
+        else:
+            bad = _located(text, e) if text and isinstance(e, InputError) else None
         out = Outcome("crash", "badlocation@" + type(e).__name__, f"{bad}: {e}"[:300]) if bad else Outcome("error", detail=str(e)[:200])
     except Exception as e:  # classifying every other exception is the point
         key = crash_key(e)
@@ -386,3 +405,352 @@ def mutate_relations(rng: random.Random, data: dict[str, Any]) -> dict[str, Any]
             parent = parent[k]
         parent[path[-1]] = random_value(rng) if rng.random() < 0.5 else rng.choice([0, 1, 2, 3, 5, 8, -1, "duplicate", "sharded", "partial", [0], [[0, 1]], [64, 32, 32]])
     return data
+
+
+# -- the front end's config, the GitHub event, the pull request's patches --------------------------
+
+_WORK: str | None = None
+
+
+def _scratch(name: str) -> str:
+    """A file path in a per-process scratch folder (in memory where there is one)."""
+    global _WORK
+    if _WORK is None:
+        _WORK = tempfile.mkdtemp(prefix="shardproof-fuzz-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    return os.path.join(_WORK, name)
+
+
+def _write(path: str, data: str | bytes) -> None:
+    with open(path, "wb") as f:
+        # Lone surrogates go out as the (invalid UTF-8) bytes they would be: the reader must cope.
+        f.write(data if isinstance(data, bytes) else data.encode("utf-8", errors="surrogatepass"))
+
+
+def _text_of(data: str | bytes) -> str:
+    return data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
+
+
+def _line_within(text: str, where: str) -> str | None:
+    """None when ``where`` is empty, a line or line:column inside ``text``; else what is wrong.
+    Lines are counted as YAML counts them (it also breaks at \\r, \\x85, U+2028, U+2029), which
+    is at least as many as "\\n" gives."""
+    m = re.fullmatch(r"(\d+)(?::(\d+))?", where)
+    if not where:
+        return None
+    if not m:
+        return f"where {where!r} is not a line"
+    line, lines = int(m.group(1)), len(_YAML_BREAK.split(text))
+    if not 1 <= line <= lines + 1:
+        return f"line {line} outside 1..{lines}"
+    if m.group(2) is not None and int(m.group(2)) < 1:
+        return f"column {m.group(2)} < 1"
+    return None
+
+
+def config_target(data: str | bytes) -> Outcome:
+    """``.shardproof.yml`` through ``load_config``: a Config, or an InputError that names the
+    file and, when it names a line, a line of the file."""
+    from shardproof.engine.frontend.config import load_config
+
+    path = _scratch(".shardproof.yml")
+    _write(path, data)
+    text = _text_of(data)
+
+    def locate(e: Any) -> str | None:
+        if not str(e.path).endswith(".shardproof.yml"):
+            return f"names {e.path!r}, not the config file"
+        if not e.message:
+            return "empty message"
+        return _line_within(text, e.where)
+
+    return run(lambda: load_config(path), text, locate=locate)
+
+
+def event_target(data: str | bytes, name: str | None = None, pr_event: Any = None) -> Outcome:
+    """A GitHub Actions event file through ``load_event`` and ``read_target`` (``name`` None: as
+    the bot guesses it): a Target the bot can use, or an InputError naming the file and a
+    line in it, or the field (``pull_request.head.sha``)."""
+    from shardproof.bot.event import guess_name, load_event, read_target
+
+    path = _scratch("event.json")
+    _write(path, data)
+    text = _text_of(data)
+
+    def go() -> None:
+        payload = load_event(Path(path))
+        t = read_target(name or guess_name(payload), payload, None, None, pr_event)
+        # What the bot does with a target next: URLs from the repo and sha, an int PR number.
+        if not (isinstance(t.sha, str) and t.sha and isinstance(t.repo, str) and t.repo):
+            raise Wrong("wrong@event.py:read_target", f"target without a sha or repository: {t}")
+        if t.pr is not None and not (type(t.pr) is int and t.pr >= 1):
+            raise Wrong("wrong@event.py:read_target", f"pull request number {t.pr!r}")
+
+    def locate(e: Any) -> str | None:
+        if not e.message:
+            return "empty message"
+        if e.path == path:
+            return _line_within(text, e.where)
+        if e.path != "event":
+            return f"names {e.path!r}, neither the event file nor 'event'"
+        # A field of the payload; only "which event is this" concerns the payload as a whole.
+        if not e.where and "event" not in e.message:
+            return "names no field"
+        return None
+
+    return run(go, text, locate=locate)
+
+
+def patch_target(patch: str, expect: tuple[set[int], set[int]] | None = None) -> Outcome:
+    """A file's ``patch`` from ``GET /pulls/{n}/files`` through ``parse_patch`` and
+    ``DiffIndex``: commentable lines, or a PatchError naming a line of the patch, which the
+    index turns into "no inline comments for this file" without failing. With ``expect``
+    (the added and context lines of a valid patch), any other answer is wrong."""
+    from shardproof.bot.diff import DiffIndex, PatchError, parse_patch
+
+    lines = len(patch.split("\n"))
+
+    def go() -> None:
+        index = DiffIndex.from_entries([{"filename": "f.py", "status": "modified", "patch": patch, "previous_filename": None}])
+        fd = index.files["f.py"]
+        try:
+            added, context, hunks = parse_patch(patch)
+        except PatchError as e:
+            if expect is not None:
+                raise Wrong("wrong@diff.py:parse_patch", f"a valid patch refused: {e}") from e
+            if fd.has_patch or not index.problems:
+                raise Wrong("wrong@diff.py:DiffIndex", "an unreadable patch kept its lines") from e
+            raise
+        if added & context:
+            raise Wrong("wrong@diff.py:parse_patch", f"lines both added and context: {sorted(added & context)[:5]}")
+        outside = [n for n in added | context if not any(a <= n <= b for a, b in hunks)]
+        if outside:
+            raise Wrong("wrong@diff.py:parse_patch", f"lines outside every hunk: {sorted(outside)[:5]}")
+        if (fd.added, fd.context) != (added, context) or index.problems:
+            raise Wrong("wrong@diff.py:DiffIndex", "the index disagrees with parse_patch")
+        if expect is not None and (set(added), set(context)) != expect:
+            raise Wrong("wrong@diff.py:parse_patch", f"added {sorted(added)[:8]} context {sorted(context)[:8]}, expected {sorted(expect[0])[:8]} {sorted(expect[1])[:8]}")
+
+    def locate(e: Any) -> str | None:
+        if str(e) == "the last hunk is shorter than its header declares":
+            return None
+        m = re.match(r"line (\d+): ", str(e))
+        if not m:
+            return "names no line"
+        return None if 1 <= int(m.group(1)) <= lines else f"line {m.group(1)} outside 1..{lines}"
+
+    return run(go, patch, clean=(PatchError,), locate=locate)
+
+
+# -- seeds and mutators for those ---------------------------------------------------------------
+
+
+def config_seeds() -> list[str]:
+    files = sorted((REPO / "tests").rglob(".shardproof.yml")) + sorted((REPO / "examples").rglob(".shardproof.yml"))
+    return [p.read_text() for p in files]
+
+
+def event_seeds() -> list[dict[str, Any]]:
+    """The event payloads the bot's tests use (tests/bot_scenarios.py)."""
+    from bot_scenarios import HEAD, pr_event
+
+    wr = {"action": "completed", "workflow_run": {"head_sha": HEAD, "head_branch": "fix-mlp", "pull_requests": [{"number": 9}], "head_repository": {"full_name": "outsider/models", "owner": {"login": "outsider"}}}, "repository": {"full_name": "acme/models"}}
+    return [
+        pr_event(),
+        pr_event(head_repo="outsider/models"),
+        pr_event(number=9, head_repo="outsider/models"),
+        {"ref": "refs/heads/main", "before": "a" * 40, "after": HEAD, "repository": {"full_name": "acme/models"}},
+        {"ref": "refs/heads/gone", "before": "a" * 40, "after": "0" * 40, "repository": {"full_name": "acme/models"}},
+        wr,
+    ]
+
+
+EVENT_NAMES = (None, "pull_request", "pull_request_target", "push", "workflow_run", "issue_comment")
+_CONFIG_KEYS = ("version", "root", "python_path", "hide_frames", "defaults", "models", "name", "entry", "tp", "groups", "size", "outputs", "timeout", "memory_mb", "layer_pattern", "verify", "env", "variant", "expect", "description", "reference", "max_iterations", "partition", "shard", "blocks", "like", "hidden", "on")
+_CONFIG_VALUES = (
+    None, True, False, 0, 1, -1, 2, 3, 4, 7, 2**31, 2**64, 10**400, 1.5, float("nan"), float("inf"), "", "x", ".", "..", "/", "a\x00b", "~",
+    "m:f", "models:mlp", "pkg.mod:fn", ":", "m:", "1m:f", "verified", "diverged", "replicate", "partial", "duplicate",
+    "(\\d+)", "layers\\.(\\d+)\\.", "(", "a{4294967296}", "(" * 300 + ")" * 300, "(?P<x>", "[", "2001-13-45", "0x_", "on", "yes",
+    [], [[]], [[0, 1]], [[0, 1], [2, 3]], [[0, 1], [1, 2]], [[0], [1, 2]], [[0, 2], [1, 3]], [[-1, 0]], [[0, 0]], [[0, 1, 2, 3]], [list(range(64))],
+    {}, {"shard": 0}, {"shard": 1, "blocks": [2, 2]}, {"shard": -1}, {"like": "x"}, {"like": "x", "shard": 0}, {"hidden": 16}, {1: 2}, {True: 1}, {"timeout": 0.0},
+)  # fmt: skip
+
+
+def mutate_tree(rng: random.Random, data: Any, keys: tuple[Any, ...], values: tuple[Any, ...], changes: int = 3) -> Any:
+    """Parsed JSON/YAML data with 1..``changes`` edits at random paths: a value replaced (by one
+    of ``values`` or a random one), a key renamed, deleted or added, a value wrapped in a list,
+    a list item duplicated or dropped."""
+    import copy
+
+    def pick() -> Any:  # a copy: later edits must not change the vocabulary (or make cycles)
+        return copy.deepcopy(rng.choice(values))
+
+    data = copy.deepcopy(data)
+    for _ in range(rng.randint(1, changes)):
+        parent: Any = None
+        key: Any = None
+        node: Any = data
+        while isinstance(node, (dict, list)) and node and rng.random() < 0.7:
+            parent = node
+            key = rng.choice(list(node)) if isinstance(node, dict) else rng.randrange(len(node))
+            node = node[key]
+        if parent is None:
+            if isinstance(data, dict):
+                data[rng.choice(keys)] = pick()
+                continue
+            return pick()
+        r = rng.random()
+        if r < 0.5:
+            parent[key] = pick() if rng.random() < 0.8 else random_value(rng)
+        elif r < 0.6:
+            parent[key] = [parent[key]]
+        elif isinstance(parent, dict) and r < 0.75:
+            value = parent.pop(key)
+            if rng.random() < 0.6:
+                parent[rng.choice(keys) if rng.random() < 0.8 else rng.choice((1, None, True, 2.5))] = value
+        elif isinstance(parent, dict):
+            parent[rng.choice(keys)] = pick()
+        elif rng.random() < 0.5:
+            parent.insert(key, copy.deepcopy(parent[key]))
+        else:
+            del parent[key]
+    return data
+
+
+def mutate_config(rng: random.Random, text: str) -> str:
+    """A config with well-formed YAML but changed content: keys, values, types, models."""
+    import yaml
+
+    data = yaml.safe_load(text)
+    data = mutate_tree(rng, data, _CONFIG_KEYS, _CONFIG_VALUES)
+    try:
+        out = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+    except (yaml.YAMLError, ValueError):  # data PyYAML cannot write: keep the text
+        out = text
+    if rng.random() < 0.15:  # YAML's own features: anchors, merges, tags, documents
+        out = rng.choice(("x: &a {tp: 2}\n", "<<: {models: []}\n", "!!map\n", "--- \n", "%YAML 1.1\n---\n", "? [a, b]\n: c\n", "x: !!binary '%%'\n", "x: !!python/name:os.system\n")) + out
+    return mutate_text(rng, out) if rng.random() < 0.3 else out
+
+
+_EVENT_KEYS = ("action", "number", "pull_request", "head", "base", "sha", "ref", "repo", "full_name", "repository", "after", "before", "workflow_run", "head_sha", "head_branch", "head_repository", "owner", "login", "pull_requests")
+_EVENT_VALUES = (
+    None, True, False, 0, -1, 1, 7, 2**63, 2**70, 1.5, 7.0, float("inf"), float("nan"), "", "7", "x", "acme/models", "a" * 40, "0" * 40, "1" * 40, "../../x",
+    [], [{}], [{"number": 9}], [{"number": "abc"}], [7], {}, {"full_name": 7}, {"full_name": None}, {"sha": None}, {"login": 5}, {"owner": "x"}, {"0": 1},
+)  # fmt: skip
+
+
+def mutate_event(rng: random.Random, payload: dict[str, Any]) -> str:
+    """An event payload as JSON text, its structure changed (``mutate_tree``) and sometimes its
+    text too (truncation, odd characters, a number too long for ``int()``)."""
+    import json
+
+    data = mutate_tree(rng, payload, _EVENT_KEYS, _EVENT_VALUES)
+    text = json.dumps(data, allow_nan=True, skipkeys=True)  # random_value may make tuple keys
+    r = rng.random()
+    if r < 0.2:
+        text = mutate_text(rng, text)
+    elif r < 0.25:
+        nums = list(_NUMBER.finditer(text))
+        if nums:
+            m = rng.choice(nums)
+            text = text[: m.start()] + rng.choice(("9" * 5000, "1e999", "-0", "1E400", "0.5")) + text[m.end() :]
+    elif r < 0.3:
+        text = rng.choice(("[" * 5000 + "]" * 5000, '"x"', "null", "[]", "{}", "\ufeff" + text, text + "\x00"))
+    return text
+
+
+_LINE_CHARS = "ab \t+-@\\#\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029\x00\u00e9\U0001f600"
+
+
+def _random_line(rng: random.Random) -> str:
+    return "".join(rng.choice(_LINE_CHARS) for _ in range(rng.randint(0, 6)))
+
+
+def valid_patch(rng: random.Random) -> tuple[str, set[int], set[int]]:
+    """A patch as GitHub gives it (hunks, no file header) between two random files whose lines
+    hold every character ``str.splitlines`` breaks at; and its new-side added and context lines,
+    from difflib's opcodes (not from the patch text)."""
+    import difflib
+
+    old = [_random_line(rng) for _ in range(rng.randint(0, 30))]
+    new = list(old)
+    for _ in range(rng.randint(1, 6)):
+        op, i = rng.random(), rng.randint(0, len(new))
+        if op < 0.4:
+            new.insert(i, _random_line(rng))
+        elif new and op < 0.7:
+            del new[min(i, len(new) - 1)]
+        elif new:
+            new[min(i, len(new) - 1)] = _random_line(rng)
+    n = rng.randint(0, 3)
+    text = list(difflib.unified_diff(old, new, lineterm="", n=n))[2:]
+    added: set[int] = set()
+    context: set[int] = set()
+    for group in difflib.SequenceMatcher(None, old, new, autojunk=False).get_grouped_opcodes(n):
+        for tag, _i1, _i2, j1, j2 in group:
+            (context if tag == "equal" else added).update(range(j1 + 1, j2 + 1))
+    if text and rng.random() < 0.2:
+        text.append("\\ No newline at end of file")
+    return "\n".join(text), added, context
+
+
+def patch_seeds() -> list[str]:
+    rng = random.Random(7)
+    seeds = [valid_patch(rng)[0] for _ in range(20)]
+    source = (REPO / "tests" / "pairs" / "models.py").read_text().splitlines()
+    import difflib
+
+    for k in range(10):  # real source, edited
+        new = list(source)
+        for _ in range(rng.randint(1, 5)):
+            new.insert(rng.randrange(len(new)), f"    x = {k}  # changed")
+        seeds.append("\n".join(list(difflib.unified_diff(source, new, lineterm="", n=3))[2:]))
+    seeds += [
+        "@@ -10,4 +10,5 @@ def f():\n a\n-b\n+B\n+C\n c\n d",
+        "@@ -1 +1 @@\n-old\n\\ No newline at end of file\n+new\n\\ No newline at end of file",
+        "@@ -1,2 +1,1 @@\n a\n-b\n@@ -20,3 +19,0 @@\n-x\n-y\n-z\n@@ -40,0 +39,2 @@\n+p\n+q",
+        "@@ -0,0 +1,3 @@\n+a\n+b\n+c",
+    ]
+    return [s for s in seeds if s]
+
+
+_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@", re.M)
+
+
+def mutate_patch(rng: random.Random, patch: str) -> str:
+    """Broken hunks: headers that lie about their counts, huge or malformed numbers, a header
+    cut short or moved, "no newline" markers anywhere, CRLF, binary junk, unprefixed lines."""
+    lines = patch.split("\n")
+    r = rng.random()
+    headers = list(_HEADER.finditer(patch))
+    if r < 0.3 and headers:  # a count or start that lies
+        m = rng.choice(headers)
+        g = rng.choice([k for k in (1, 2, 3, 4) if m.group(k) is not None])
+        value = int(m.group(g)) if len(m.group(g)) < 100 else 0
+        new = str(rng.choice([0, 1, value + 1, max(0, value - 1), value * 2, 2**31, 10**30])) if rng.random() < 0.9 else "9" * 5000
+        return patch[: m.start(g)] + new + patch[m.end(g) :]
+    if r < 0.4 and headers:  # a header broken or removed
+        m = rng.choice(headers)
+        bad = rng.choice(("", "@@ -1,2 +1 @", "@@@ -1 +1 @@@", "@@ -a,b +c,d @@", "@@ -1,2 +1,2", "@@  -1 +1 @@", "@@ -1 +1 @@@@", "@@ -1, +1, @@", "@@ -+1 +-1 @@"))
+        return patch[: m.start()] + bad + patch[m.end() :]
+    if r < 0.5:  # a header in the middle of a hunk, or twice
+        i = rng.randrange(len(lines) + 1)
+        lines.insert(i, rng.choice(lines) if headers and rng.random() < 0.5 else f"@@ -{rng.randint(0, 50)},{rng.randint(0, 5)} +{rng.randint(0, 50)},{rng.randint(0, 5)} @@")
+        return "\n".join(lines)
+    if r < 0.6:  # "\ No newline at end of file" anywhere, or a lookalike
+        lines.insert(rng.randrange(len(lines) + 1), rng.choice(("\\ No newline at end of file", "\\", "\\x", "\\ No newline at end of file\r")))
+        return "\n".join(lines)
+    if r < 0.65:
+        return patch.replace("\n", "\r\n")
+    if r < 0.7:  # context lines without their leading space (some tools strip it)
+        return "\n".join(line[1:] if line.startswith(" ") and rng.random() < 0.5 else line for line in lines)
+    if r < 0.8:  # binary: what a diff of a binary file may look like when GitHub sends one
+        junk = bytes(rng.randrange(256) for _ in range(rng.randint(1, 200))).decode("latin-1")
+        return rng.choice(("Binary files a/w.bin and b/w.bin differ", junk, patch + "\n+" + junk, "GIT binary patch\nliteral 12\n" + junk))
+    if r < 0.85:  # drop or repeat a line
+        i = rng.randrange(len(lines))
+        if rng.random() < 0.5:
+            del lines[i]
+        else:
+            lines.insert(i, lines[i])
+        return "\n".join(lines)
+    return mutate_text(rng, patch, max_len=20_000)
