@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -33,22 +34,24 @@ sys.path.insert(0, str(ROOT))
 
 from shardproof.engine.frontend.runner import run_models  # noqa: E402
 
+# The published configurations (size knobs of tplm.models:llama); bench/scale.py uses them too.
+LLAMA_8B = {"vocab": 128256, "hidden": 4096, "layers": 32, "heads": 32, "kv_heads": 8, "ffn": 14336}
+LLAMA_70B = {"vocab": 128256, "hidden": 8192, "layers": 80, "heads": 64, "kv_heads": 8, "ffn": 28672}
 LLAMA_405B = {"vocab": 128256, "hidden": 16384, "layers": 126, "heads": 128, "kv_heads": 8, "ffn": 53248}
+MIXTRAL_8X7B = {"vocab": 32000, "hidden": 4096, "layers": 32, "heads": 32, "kv_heads": 8, "ffn": 14336, "experts": 8, "top_k": 2}
+MIXTRAL_8X22B = {"vocab": 32768, "hidden": 6144, "layers": 56, "heads": 48, "kv_heads": 8, "ffn": 16384, "experts": 8, "top_k": 2}
 SHAPES: dict[str, tuple[int, dict[str, object]]] = {
     "llama3.1_405b_tp8": (8, LLAMA_405B),
     "llama3.1_405b_tp32": (32, LLAMA_405B),
-    "llama3.1_8b_tp8": (8, {"vocab": 128256, "hidden": 4096, "layers": 32, "heads": 32, "kv_heads": 8, "ffn": 14336}),
-    "llama3.1_70b_tp8": (8, {"vocab": 128256, "hidden": 8192, "layers": 80, "heads": 64, "kv_heads": 8, "ffn": 28672}),
-    "mixtral_8x7b_ep8": (8, {"vocab": 32000, "hidden": 4096, "layers": 32, "heads": 32, "kv_heads": 8, "ffn": 14336, "experts": 8, "top_k": 2}),
-    "mixtral_8x22b_ep8": (8, {"vocab": 32768, "hidden": 6144, "layers": 56, "heads": 48, "kv_heads": 8, "ffn": 16384, "experts": 8, "top_k": 2}),
+    "llama3.1_8b_tp8": (8, LLAMA_8B),
+    "llama3.1_70b_tp8": (8, LLAMA_70B),
+    "mixtral_8x7b_ep8": (8, MIXTRAL_8X7B),
+    "mixtral_8x22b_ep8": (8, MIXTRAL_8X22B),
 }
 
 
-def config_text(names: list[str], timeout: float, seq: int, batch: int) -> str:
-    models = []
-    for name in names:
-        tp, size = SHAPES[name]
-        models.append({"name": name, "entry": "tplm.models:llama", "tp": tp, "size": {**size, "seq": seq, "batch": batch}})
+def tplm_config(models: list[dict[str, Any]], timeout: float) -> str:
+    """A .shardproof.yml for examples/tplm models (``models``: name, entry, tp, size, ...)."""
     config = {
         "version": 1,
         "root": str(ROOT),
@@ -58,6 +61,14 @@ def config_text(names: list[str], timeout: float, seq: int, batch: int) -> str:
         "models": models,
     }
     return yaml.safe_dump(config, sort_keys=False)
+
+
+def config_text(names: list[str], timeout: float, seq: int, batch: int) -> str:
+    models = []
+    for name in names:
+        tp, size = SHAPES[name]
+        models.append({"name": name, "entry": "tplm.models:llama", "tp": tp, "size": {**size, "seq": seq, "batch": batch}})
+    return tplm_config(models, timeout)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,7 @@ Activations use Megatron's ``(s, b, h)`` layout; token ids and logits are batch-
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn as nn
@@ -46,6 +46,7 @@ class LlamaConfig:
     replicate_kv: bool = False
     experts: int = 0  # > 0: a mixture of experts replaces the MLP (Mixtral)
     top_k: int = 2
+    bug_layer: int = -1  # >= 0: the per-rank build's bug variant reaches this decoder layer only
 
     @property
     def head_dim(self) -> int:
@@ -186,7 +187,9 @@ class Llama(nn.Module):
         super().__init__()
         self.cfg, self.ps = cfg, ps
         self.embed = VocabParallelEmbedding(cfg.vocab, cfg.hidden, ps)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, ps) for _ in range(cfg.layers))
+        # With bug_layer, every other layer runs the correct code path (a regression that
+        # reaches one layer, e.g. through a per-layer config).
+        self.layers = nn.ModuleList(DecoderLayer(cfg, ps if cfg.bug_layer in (-1, i) else replace(ps, bug=None)) for i in range(cfg.layers))
         self.norm = RMSNorm(cfg.hidden, cfg.eps)
         self.head = ParallelLMHead(cfg.hidden, cfg.vocab, ps)
 

@@ -8,6 +8,7 @@ parallel code path of a framework.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from shardproof.engine.frontend.declare import BuildContext, Input, Model
@@ -23,6 +24,8 @@ LLAMA_BUGS = (
     "attn_scale_one_rank", "moe_wrong_groups", "moe_missing_allreduce", "ce_on_gathered_logits",
     "loss_scaled_by_tp",
 )  # fmt: skip
+# Bugs outside the decoder layers: ``bug_layer`` cannot confine them to one layer.
+MODEL_LEVEL_BUGS = ("bsh_logits_layout", "ce_on_gathered_logits", "loss_scaled_by_tp")
 DECODE_BUGS = ("decode_local_max",)
 TRAIN_BUGS = ("sp_norm_grad_missing", "sp_norm_grad_twice")
 
@@ -82,9 +85,20 @@ def llama_plan(cfg: LlamaConfig, tp: int, prefix: str = "") -> dict[str, Any]:
 
 
 def llama(ctx: BuildContext) -> Model:
-    """Llama (or, with ``experts``, Mixtral) logits; with ``loss: true`` the mean cross-entropy."""
+    """Llama (or, with ``experts``, Mixtral) logits; with ``loss: true`` the mean cross-entropy.
+
+    ``bug_layer: N`` confines the bug variant to decoder layer N of the per-rank model (every
+    other layer is correct): a bug deep inside a long stack, for the layer partitioning.
+    """
     bug = _variant(ctx, LLAMA_BUGS)
     cfg = _llama_config(ctx)
+    bug_layer = ctx.knob("bug_layer", -1)
+    if bug_layer != -1:
+        if not 0 <= bug_layer < cfg.layers:
+            raise ValueError(f"bug_layer {bug_layer} is not a layer index (the model has {cfg.layers} layers)")
+        if bug in MODEL_LEVEL_BUGS:
+            raise ValueError(f"variant {bug!r} is outside the decoder layers; bug_layer cannot confine it")
+        cfg = replace(cfg, bug_layer=bug_layer)
     sp = ctx.knob("sequence_parallel", False)
     loss = ctx.knob("loss", False)
     ids = ctx.knob("ids_dtype", "int64")
