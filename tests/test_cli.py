@@ -121,6 +121,18 @@ def test_ill_typed_hlo_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "bad.hlo:" in err and "%o (dot) is ill-typed" in err and "[4, 8]" in err
 
 
+def test_global_device_ids_without_groups_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Found by the mutation campaign: XLA refuses this module, so it must not be "verified".
+    pair = Path(__file__).parent / "pairs" / "attention_tp4"
+    bad = tmp_path / "distributed.hlo"
+    text = (pair / "distributed.hlo").read_text()
+    assert "replica_groups={{0,1,2,3}}, use_global_device_ids=true" in text
+    bad.write_text(text.replace("replica_groups={{0,1,2,3}}, use_global_device_ids=true", "replica_groups={}, use_global_device_ids=true", 1))
+    code, _, err = run(capsys, "check", str(pair / "baseline.hlo"), str(bad), "--relations", str(pair / "relations.yaml"))
+    assert code == 3
+    assert "distributed.hlo:" in err and "use_global_device_ids=true needs explicit replica_groups" in err
+
+
 def test_exhausted_budget_is_inconclusive_naming_the_layers(capsys: pytest.CaptureFixture[str]) -> None:
     d = Path(__file__).parent / "pairs" / "deep_mlp_tp4"
     code, stdout, _ = run(capsys, "check", str(d / "baseline.hlo"), str(d / "distributed.hlo"), "--relations", str(d / "relations.yaml"), "--max-iterations", "3")

@@ -44,6 +44,9 @@ def _numel(dims: tuple[int, ...]) -> int:
 
 
 def _problem(ins: Instruction, ops: list[tuple[int, ...] | None]) -> str | None:
+    if ins.parsed.get("use_global_device_ids") in (True, "true") and not ins.parsed.get("replica_groups"):
+        # XLA refuses this: global device ids name the devices only through explicit groups.
+        return "use_global_device_ids=true needs explicit replica_groups"
     if ins.shape.is_tuple or any(o is None for o in ops):
         return None
     out = tuple(ins.shape.dims)
