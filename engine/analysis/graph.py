@@ -449,7 +449,7 @@ def _rank_tables(rows: dict[str, list[tuple[object, ...]]], side: str, node: Nod
     op = ins.opcode
     out_t = ins.shape.dtype
     if op in ("add", "subtract", "multiply") and out_t in INT_BITS:
-        rows["intop"].append((key, op))
+        rows["intop"].append((key, op, *_int_range(out_t)))
     elif op == "divide" and out_t in INT_BITS:
         rows["intdiv"].append((key, _int_top(out_t)))
     elif op == "divide" and out_t in FLOAT_PRECISION:
@@ -543,6 +543,14 @@ def _group_factors(distributed: Module, c: int) -> set[int]:
         if d is not None and src.shape.dims[d] and c % src.shape.dims[d] == 0:
             out.add(c // src.shape.dims[d])
     return out
+
+
+def _int_range(dtype: str) -> tuple[int, int]:
+    """[lo, hi] within the int type's values (capped to ±2^62 so that egglog's i64 bounds
+    arithmetic has room; a narrower range only loses proofs)."""
+    if dtype[0] == "u":
+        return 0, _int_top(dtype)
+    return -_int_top(dtype) - 1 if INT_BITS[dtype] < 64 else -(1 << 62), _int_top(dtype)
 
 
 def _int_top(dtype: str) -> int:
