@@ -27,7 +27,7 @@ def _check(args: argparse.Namespace) -> int:
     dist = parse_hlo_file(args.distributed)
     parse_seconds = time.perf_counter() - t
     sm = SourceMap.load(args.sourcemap) if args.sourcemap else None
-    budget = Budget(args.max_iterations, args.timeout, partition=not args.no_partition, layer_pattern=args.layer_pattern, progress=True)
+    budget = Budget(args.max_iterations, args.timeout, max_nodes=args.max_nodes, partition=not args.no_partition, layer_pattern=args.layer_pattern, progress=True)
     result = verify(spec, base, dist, sm, budget)
     result.timings = {"parse": parse_seconds, **result.timings}
     doc = result.to_json()
@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", type=Path, help="write the full result (verdict, divergences, trace) here")
     c.add_argument("--max-iterations", type=int, default=400, help="rewrite iteration budget (default 400)")
     c.add_argument("--timeout", type=float, default=120.0, help="saturation time budget in seconds")
+    c.add_argument("--max-nodes", type=int, default=2_000_000, help="e-graph size budget in rows (e-nodes plus relation tuples) per e-graph; bounds memory (default 2000000, 0.6-2 GB)")
     c.add_argument("--timings", action="store_true", help="print a time breakdown to stderr")
     c.add_argument("--no-partition", action="store_true", help="one e-graph for the whole pair instead of one per layer")
     c.add_argument("--layer-pattern", help="regex whose group 1 is the layer number in op_name (default: layers.N, layers_N, blocks.N, h.N)")

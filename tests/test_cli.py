@@ -138,3 +138,10 @@ def test_exhausted_budget_is_inconclusive_naming_the_layers(capsys: pytest.Captu
     code, stdout, _ = run(capsys, "check", str(d / "baseline.hlo"), str(d / "distributed.hlo"), "--relations", str(d / "relations.yaml"), "--max-iterations", "3")
     assert code == 2
     assert stdout.startswith("inconclusive:") and "budget exhausted in layer(s) 0" in stdout
+
+
+def test_exhausted_node_budget_is_inconclusive_naming_the_budget(capsys: pytest.CaptureFixture[str]) -> None:
+    d = Path(__file__).parent / "pairs" / "deep_mlp_tp4"  # verified with the default budgets
+    code, stdout, _ = run(capsys, "check", str(d / "baseline.hlo"), str(d / "distributed.hlo"), "--relations", str(d / "relations.yaml"), "--max-nodes", "200")
+    assert code == 2
+    assert stdout.startswith("inconclusive:") and "budget exhausted in layer(s) 0" in stdout and "node budget (max_nodes=200)" in stdout

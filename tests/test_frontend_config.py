@@ -50,6 +50,15 @@ models:
     assert config.root == tmp_path.resolve() or (config.root / ".git").exists()
 
 
+def test_verify_budgets_reach_the_verifier(tmp_path: Path) -> None:
+    from shardproof.engine.frontend.runner import verify_model
+
+    config = load_config(write(tmp_path, "models:\n  - {name: a, entry: 'm:f', tp: 4, verify: {max_nodes: 200}}\n"))
+    status, result, _ = verify_model(config.models[0], ROOT / "tests" / "pairs" / "deep_mlp_tp4")  # verified by default
+    assert status == "inconclusive" and result is not None
+    assert "node budget (max_nodes=200)" in result["reason"], result["reason"]
+
+
 def test_the_example_config_is_valid() -> None:
     config = load_config(ROOT / "examples" / ".shardproof.yml")
     assert config.root == ROOT
@@ -101,6 +110,7 @@ models:
         ("models:\n  - {name: a, entry: 'm:f', tp: 2, outputs: [maybe]}\n", ":2: models[0].outputs[0]", "replicate, partial"),
         ("models:\n  - {name: a, entry: 'm:f', tp: 2, outputs: [{shard: x}]}\n", ":2: models[0].outputs[0].shard", "a dimension >= 0"),
         ("models:\n  - {name: a, entry: 'm:f', tp: 2, verify: {partition: maybe}}\n", ":2: models[0].verify.partition", "true or false"),
+        ("models:\n  - {name: a, entry: 'm:f', tp: 2, verify: {max_nodes: 0}}\n", ":2: models[0].verify.max_nodes", "an integer >= 1"),
         ("models:\n  - {name: a, entry: 'm:f', tp: 2}\n  - {name: a, entry: 'm:g', tp: 2}\n", ":3: models[1].name", "unique name; 'a' is also models[0]"),
         ("models:\n  - {name: a, entry: 'm:f'}\n", ":2: models[0]", "expected 'tp' or 'groups'"),
         ("models:\n  - {name: a, entry: 'm:f', tp: 2, groups: [[0, 1]]}\n", ":2: models[0].groups", "either 'tp' or 'groups'"),

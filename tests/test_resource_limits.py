@@ -8,6 +8,10 @@ saturate before they may say ``diverged``. Every baseline/distributed pair of tr
 fan-out relates through some bijective layout, so the layout family derives facts for all pairs:
 the fact count grows with the square of the layer.
 
+The node budget (``Budget.max_nodes``, e-graph rows) is also checked on a bare e-graph that
+explodes by associativity/commutativity (``EXPLODING_RULES``): unbudgeted it grows ~2.2x per
+iteration to 916k rows and ~1.1 GB (21 s) before it saturates.
+
 Each check runs in a child process whose peak RSS the parent samples (and which it kills when it
 overruns its time or a memory cap), so a blow-up never takes the test runner down with it.
 
@@ -25,9 +29,10 @@ from pathlib import Path
 from typing import Any
 
 MEMORY_CAP_MB = 4096  # the child is killed above this: the runner must survive the test
-# A budgeted run must stay far below the runner's memory. Measured ~0.9-1.2 GB on a clean clone;
-# a node/fact budget that would hold it lower is still open (issue 7).
-PEAK_MB_LIMIT = 2048
+# A budgeted run must stay far below the runner's memory. Measured 55-180 MB for every check here
+# (the 3125-wide layer peaked at 2.2 GB while merging its facts before that merge shared each
+# class's member set between the class's facts).
+PEAK_MB_LIMIT = 512
 
 
 def fanout_pair(depth: int, fan: int) -> tuple[str, str]:
@@ -59,6 +64,24 @@ def fanout_pair(depth: int, fan: int) -> tuple[str, str]:
     return head + "\n  " + tail.format(op="negate", acc=acc), head + "\n  " + tail.format(op="abs", acc=acc)
 
 
+# A bare e-graph that explodes: the rewrites put every bracketing and order of the sum of products
+# into one e-class. Rows after iterations 8, 9, ...: 14k, 32k, 73k, 163k, 347k, 658k, 916k.
+EXPLODING_RULES = """
+(datatype E (Num i64) (Add E E) (Mul E E))
+(rewrite (Add a b) (Add b a))
+(rewrite (Add a (Add b c)) (Add (Add a b) c))
+(rewrite (Mul a b) (Mul b a))
+(rewrite (Mul a (Add b c)) (Add (Mul a b) (Mul a c)))
+"""
+
+
+def exploding_term(depth: int) -> str:
+    term = "(Num 0)"
+    for i in range(1, depth + 1):
+        term = f"(Add (Mul (Num {i}) {term}) (Num {i + 100}))"
+    return term
+
+
 RELATIONS = {"groups": [[0, 1]], "inputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}], "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
 
 
@@ -76,13 +99,33 @@ def _child(depth: int, fan: int, budget: dict[str, Any]) -> None:
         "verdict": res.verdict, "reason": res.reason, "seconds": time.perf_counter() - t0,
         "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
         "instructions": len(dist.splitlines()) - 3, "timings": res.timings,
+        "exhausted": res.stats.get("exhausted"), "nodes": res.stats.get("nodes"),
     }))
 
 
+def _egraph_child(max_nodes: int) -> None:
+    import resource
+
+    from shardproof.engine.analysis.egg import Session, split_forms
+
+    session = Session(rule_files=())
+    try:
+        for form in split_forms(EXPLODING_RULES + f"(let $root {exploding_term(11)})"):
+            session.command(form)
+        stats = session.run(10**6, 120.0, max_nodes)
+    finally:
+        session.close()
+    print(json.dumps({**vars(stats), "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}))
+
+
 def run_isolated(depth: int, fan: int, budget: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """The child's JSON report plus ``peak_mb`` sampled from outside; ``killed`` says why the
-    parent ended it (timeout or memory cap) when it did."""
-    proc = subprocess.Popen([sys.executable, __file__, "child", str(depth), str(fan), json.dumps(budget)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    """verify() on the fan-out pair in a child: its JSON report plus ``peak_mb`` sampled from
+    outside; ``killed`` says why the parent ended it (timeout or memory cap) when it did."""
+    return _isolated(["child", str(depth), str(fan), json.dumps(budget)], timeout)
+
+
+def _isolated(args: list[str], timeout: float) -> dict[str, Any]:
+    proc = subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     status = Path(f"/proc/{proc.pid}/status")
     peak = 0
     killed = ""
@@ -116,7 +159,7 @@ def test_iteration_budget_ends_inconclusive_naming_the_layer() -> None:
     r = run_isolated(3, 6, {"max_iterations": 40, "seconds": 60}, timeout=60)
     assert not r["killed"], r
     assert r["verdict"] == "inconclusive", r
-    assert "budget exhausted in layer(s) 1" in r["reason"]
+    assert "budget exhausted in layer(s) 1: iteration budget (max_iterations=40)" in r["reason"]
     assert r["peak_mb"] < PEAK_MB_LIMIT
 
 
@@ -124,8 +167,40 @@ def test_time_budget_ends_inconclusive_naming_the_layer() -> None:
     r = run_isolated(4, 6, {"max_iterations": 10**6, "seconds": 0.05}, timeout=90)
     assert not r["killed"], r
     assert r["verdict"] == "inconclusive", r
-    assert "budget exhausted in layer(s) 1" in r["reason"]
-    assert r["peak_mb"] < 2048
+    assert "budget exhausted in layer(s) 1: time budget (seconds=0.05)" in r["reason"]
+    assert r["peak_mb"] < PEAK_MB_LIMIT
+
+
+def test_node_budget_ends_inconclusive_naming_the_layer_and_the_budget() -> None:
+    # Time and iterations to spare: this layer saturates at ~5.2k rows, so only the node budget
+    # stops it, and never with a pass.
+    r = run_isolated(3, 6, {"max_iterations": 10**6, "seconds": 60, "max_nodes": 4500}, timeout=60)
+    assert not r["killed"], r
+    assert r["verdict"] == "inconclusive", r
+    assert "budget exhausted in layer(s) 1: node budget (max_nodes=4500)" in r["reason"], r["reason"]
+    assert r["exhausted"] == "nodes", r
+    assert 4500 < r["nodes"] < 2 * 4500, r  # stopped on the first check past the budget
+    assert r["peak_mb"] < PEAK_MB_LIMIT
+
+
+def test_node_budget_stops_a_wide_layer_whatever_the_time_budget() -> None:
+    # The 3125-wide layer (17.7k instructions, 48k rows when loaded) saturates at 64k rows.
+    r = run_isolated(5, 5, {"max_iterations": 10**6, "seconds": 600, "max_nodes": 50_000}, timeout=60)
+    assert not r["killed"], r
+    assert r["verdict"] == "inconclusive", r
+    assert "budget exhausted in layer(s) 1: node budget (max_nodes=50000)" in r["reason"], r["reason"]
+    assert r["peak_mb"] < PEAK_MB_LIMIT, r
+
+
+def test_node_budget_bounds_the_memory_of_an_exploding_egraph() -> None:
+    # Unbudgeted: 916k rows, ~1.1 GB. Checked only between chunks of 8 iterations, the budget
+    # would let the second chunk (iterations 9-16) run to the end; the chunk shrinks as the graph
+    # nears the budget, so it ends one iteration (~2.2x) past it: 163k rows, ~130 MB.
+    r = _isolated(["egraph", "100000"], timeout=60)
+    assert not r["killed"], r
+    assert (r["saturated"], r["exhausted"]) == (False, "nodes"), r
+    assert 100_000 < r["nodes"] <= 2.5 * 100_000, r
+    assert r["peak_mb"] < 256, r
 
 
 def test_enough_budget_finds_the_divergence() -> None:
@@ -154,5 +229,7 @@ def _scale() -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["child"]:
         _child(int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4]))
+    elif sys.argv[1:2] == ["egraph"]:
+        _egraph_child(int(sys.argv[2]))
     elif sys.argv[1:2] == ["scale"]:
         _scale()

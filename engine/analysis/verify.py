@@ -14,7 +14,7 @@ from ..ir import Instruction, Module
 from ..relations import Binding, RelationSpec
 from ..sourcemap import SourceMap
 from . import partition
-from .egg import RunStats, Session
+from .egg import ITERATIONS, LAYOUT_ROUNDS, NODES, SECONDS, RunStats, Session
 from .facts import Fact, Facts, expected_text, public_bijections, read_facts
 from .graph import Graphs, Node, build
 from .inputs import check_inputs, outputs, param
@@ -31,6 +31,14 @@ PARTIAL_RULES = frozenset({"all-to-all", "collective-permute", "reverse", "scatt
 class Budget:
     max_iterations: int = 400  # per e-graph (per segment when partitioned)
     seconds: float = 120.0  # per e-graph
+    # Per e-graph: rows in all its tables (e-nodes plus relation tuples, as egglog's print-size
+    # counts them); a graph that explodes stops here instead of taking the runner's memory.
+    # Measured resident memory per row: 0.3-0.45 KB with our rules (a 7776-wide transpose fan-out
+    # layer, 44k-160k rows), 0.7-0.95 KB for an associativity/commutativity blow-up (350k-916k
+    # rows). So 2M rows is 0.6-2 GB per e-graph (one iteration may overshoot, see Session.run),
+    # at most ~4 GB for the default two workers. Real models use 8-20 rows per instruction
+    # (tests/pairs): 2M rows is ~100k instructions in one e-graph, far above any layer.
+    max_nodes: int = 2_000_000
     layout_rounds: int = 32
     partition: bool = True  # cut at layer boundaries when both graphs name their layers
     layer_pattern: str | None = None  # regex with one group: the layer number in op_name
@@ -107,13 +115,42 @@ def verify(spec: RelationSpec, baseline: Module, distributed: Module, sourcemap:
     t = time.perf_counter()
     res = _decide(spec, g, facts, bouts, douts, sm, stats.saturated)
     res.bijections = public_bijections(facts.bijections)
-    unsaturated = [r["layer"] for r in seg_stats.get("segment_report", []) if not r.get("saturated", True)]
-    if res.verdict == INCONCLUSIVE and unsaturated:
-        res.reason += f" (budget exhausted in layer(s) {', '.join(map(str, unsaturated))})"
-    res.stats = {**seg_stats, "iterations": stats.iterations, "saturated": stats.saturated, "baseline_instructions": len(base.entry.instructions), "distributed_instructions": len(dist.entry.instructions)}
+    if res.verdict == INCONCLUSIVE and not stats.saturated:
+        res.reason += _exhausted_text(budget, seg_stats.get("segment_report"), stats)
+    res.stats = {**seg_stats, "iterations": stats.iterations, "saturated": stats.saturated, "exhausted": stats.exhausted, "nodes": stats.nodes, "baseline_instructions": len(base.entry.instructions), "distributed_instructions": len(dist.entry.instructions)}
     timings["localize"] = time.perf_counter() - t
     res.timings = timings
     return res
+
+
+# How a reason names the budget that ran out (RunStats.exhausted), with its value.
+_BUDGET_TEXT = {
+    ITERATIONS: "iteration budget (max_iterations={max_iterations})",
+    SECONDS: "time budget (seconds={seconds:g})",
+    NODES: "node budget (max_nodes={max_nodes})",
+    LAYOUT_ROUNDS: "layout-round budget (layout_rounds={layout_rounds})",
+}
+
+
+def _exhausted_text(budget: Budget, report: list[dict[str, Any]] | None, stats: RunStats) -> str:
+    """The reason's tail naming which budget ran out, and in which layer(s) when partitioned:
+    the user raises that budget, or splits that layer."""
+
+    def name(kind: str) -> str:
+        return _BUDGET_TEXT.get(kind, "budget").format(**vars(budget))
+
+    if not report:  # one e-graph for the whole pair
+        return f" ({name(stats.exhausted)} exhausted)"
+    layers: list[str] = []
+    by_kind: dict[str, list[str]] = {}
+    for r in report:
+        if not r.get("saturated", True):
+            layers.append(str(r["layer"]))
+            by_kind.setdefault(r.get("exhausted", ""), []).append(str(r["layer"]))
+    if len(by_kind) == 1:
+        return f" (budget exhausted in layer(s) {', '.join(layers)}: {name(next(iter(by_kind)))})"
+    parts = "; ".join(f"{name(kind)} in layer(s) {', '.join(ls)}" for kind, ls in by_kind.items())
+    return f" (budget exhausted in layer(s) {', '.join(layers)}: {parts})"
 
 
 def _input_seeds(g: Graphs, bound: list[tuple[Binding, Instruction | None, Instruction]]) -> list[str]:
@@ -157,7 +194,7 @@ def _solve_segments(spec: RelationSpec, g: Graphs, base: Module, dist: Module, s
     # segments whose fingerprints collide never share a result.
     memo: dict[str, list[tuple[str, tuple[Facts, RunStats]]]] = {}
     report: list[dict[str, Any]] = [{} for _ in segments]
-    total = RunStats(0, True, 0.0)
+    total = RunStats(0, True, 0.0)  # exhausted: the first budget that ran out; nodes: the largest e-graph
     proven = reused = 0
     progress = Progress(len(segments), budget.progress)
     levels = partition.stages(segments, sides["baseline"], sides["distributed"])
@@ -177,11 +214,14 @@ def _solve_segments(spec: RelationSpec, g: Graphs, base: Module, dist: Module, s
                 result = job.result()
                 memo[partition.fingerprint(text)].append((text, result))
                 proven += 1
-                total = RunStats(total.iterations + result[1].iterations, total.saturated and result[1].saturated, total.seconds + result[1].seconds)
+                run = result[1]
+                total = RunStats(total.iterations + run.iterations, total.saturated and run.saturated, total.seconds + run.seconds, total.exhausted or run.exhausted, max(total.nodes, run.nodes))
             for i, prep in zip(level, prepared, strict=True):
                 result = next(r for t, r in memo[partition.fingerprint(prep.text)] if t == prep.text)
                 reused += report[i]["reused"]
                 report[i]["saturated"] = result[1].saturated
+                if not result[1].saturated:
+                    report[i]["exhausted"] = result[1].exhausted
                 _merge(known, seen, result[0], prep.to_global, g)
                 progress.step(segments[i].label, report[i]["reused"])
     progress.done()
@@ -283,11 +323,17 @@ def _merge(known: Facts, seen: set[tuple[int, str, frozenset[int]]], local: Fact
         known.members[gcls] = [to_global[m] for m in members]
         for m in known.members[gcls]:
             known.classes.setdefault(m, gcls)
+    # A class's baseline members, built once and shared by the keys of all its facts: a set per
+    # fact cost O(facts x class size), 2 GB and 9 s for one 3125-wide transpose fan-out layer
+    # (72k facts on classes of 521 members), ~20 GB for a 7776-wide one.
+    baseline_of: dict[int, frozenset[int]] = {}
     for dg_local, facts in local.by_dist.items():
         dg = to_global[dg_local]
         for f in facts:
             bcls = cls_map.get(f.baseline, -1) if f.baseline >= 0 else -1
-            key = (dg, f.relation, frozenset(m for m in known.members.get(bcls, []) if g.nodes[m].side == "baseline"))
+            if bcls not in baseline_of:
+                baseline_of[bcls] = frozenset(m for m in known.members.get(bcls, []) if g.nodes[m].side == "baseline")
+            key = (dg, f.relation, baseline_of[bcls])
             if key in seen:
                 continue
             seen.add(key)
@@ -306,8 +352,8 @@ def _saturate(session: Session, g: Graphs, solver: LayoutSolver, budget: Budget)
     # Per e-graph: an answer loaded into one e-graph is not in another (segments share solver).
     answered: set[tuple[str, str, str, str]] = set()
     for _ in range(budget.layout_rounds):
-        stats = session.run(budget.max_iterations - total.iterations, budget.seconds - total.seconds)
-        total = RunStats(total.iterations + stats.iterations, stats.saturated, total.seconds + stats.seconds)
+        stats = session.run(budget.max_iterations - total.iterations, budget.seconds - total.seconds, budget.max_nodes)
+        total = RunStats(total.iterations + stats.iterations, stats.saturated, total.seconds + stats.seconds, stats.exhausted, max(total.nodes, stats.nodes))
         if not stats.saturated:
             return total
         wants = session.rows(["lwant-d", "lwant-b", "lwant-dot"])
@@ -336,7 +382,7 @@ def _saturate(session: Session, g: Graphs, solver: LayoutSolver, budget: Budget)
             return total
         for table, rows in answers.items():
             session.load(table, rows)
-    return RunStats(total.iterations, False, total.seconds)
+    return RunStats(total.iterations, False, total.seconds, LAYOUT_ROUNDS, total.nodes)
 
 
 def _decide(spec: RelationSpec, g: Graphs, facts: Facts, bouts: list[Instruction], douts: list[Instruction], sm: SourceMap, saturated: bool) -> Result:

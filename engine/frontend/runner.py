@@ -275,6 +275,7 @@ def verify_model(model: ModelConfig, folder: Path) -> tuple[str, dict[str, Any] 
 
     budget = Budget(
         max_iterations=int(model.verify.get("max_iterations", 400)),
+        max_nodes=int(model.verify.get("max_nodes", 2_000_000)),
         seconds=float(model.verify.get("timeout", 120.0)),
         partition=bool(model.verify.get("partition", True)),
         layer_pattern=model.layer_pattern,
