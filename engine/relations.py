@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from .errors import InputError
+from .yamltext import LocatedLoader
 
 INPUT_RELATIONS = ("duplicate", "sharded", "partial", "rank", "token")
 # rank and token inputs exist only in the distributed program.
@@ -74,8 +75,7 @@ def load_relations(path: str | Path) -> RelationSpec:
     except UnicodeDecodeError as e:
         raise InputError(p, f"byte {e.start}", "not UTF-8 text") from e
     try:
-        # The pure-Python loader: libyaml's C loader crashes the process on deeply nested input.
-        data = yaml.load(text, Loader=yaml.SafeLoader)
+        data = yaml.load(text, Loader=LocatedLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{mark.line + 1}:{mark.column + 1}" if mark else ""

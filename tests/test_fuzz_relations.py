@@ -141,3 +141,35 @@ def test_relations_file_not_utf8(tmp_path: Path) -> None:
     p.write_bytes(b"groups: [[0, 1]]\ndescription: caf\xe9\n")
     with pytest.raises(InputError):
         load_relations(p)
+
+
+def test_an_empty_tagged_int_is_a_located_error(tmp_path: Path) -> None:
+    # Found by bench/fuzz.py (atheris): PyYAML's int constructor indexes the empty string.
+    p = tmp_path / "r.yaml"
+    p.write_text("# a comment\n!!int ")
+    with pytest.raises(InputError) as e:
+        load_relations(p)
+    assert e.value.where == "2:1" and "cannot read '' as int" in str(e.value)
+
+
+def test_a_broadcast_keeping_the_rank_is_not_read_as_a_repeat() -> None:
+    # Found by bench/fuzz.py (mutated pairs through verify): a broadcast that adds no dim (one
+    # the normalizer keeps, e.g. for its layout) made the repeat_interleave table index past
+    # the result's dims.
+    from shardproof.engine.analysis.graph import _repeat_broadcast
+    from shardproof.engine.hlo.parser import parse_hlo
+
+    hlo = """HloModule m, entry_computation_layout={(f32[2,3]{1,0})->f32[2,3]{0,1}}
+
+ENTRY %main (p: f32[2,3]) -> f32[2,3] {
+  %p = f32[2,3]{1,0} parameter(0)
+  ROOT %b = f32[2,3]{0,1} broadcast(f32[2,3]{1,0} %p), dimensions={0,1}
+}
+"""
+    ins = parse_hlo(hlo, "m.hlo").entry.get("b")
+    assert ins is not None
+    assert _repeat_broadcast("k", ins, (2, 3)) == []
+    # A real repeat_interleave broadcast still gives its row: dim 0 of 2 repeated 4 times.
+    rep = parse_hlo(hlo.replace("f32[2,3]{0,1} broadcast(f32[2,3]{1,0} %p), dimensions={0,1}", "f32[2,4,3]{2,1,0} broadcast(f32[2,3]{1,0} %p), dimensions={0,2}").replace("->f32[2,3]{0,1}", "->f32[2,4,3]{2,1,0}").replace(") -> f32[2,3] {", ") -> f32[2,4,3] {"), "m.hlo").entry.get("b")
+    assert rep is not None
+    assert _repeat_broadcast("k", rep, (2, 3)) == [("k", 0, 4, 8)]

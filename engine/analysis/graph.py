@@ -588,6 +588,8 @@ def _repeat_broadcast(key: str, ins: Instruction, src: tuple[int, ...]) -> list[
     dims = list(ins.parsed.get("dimensions", []))
     out = ins.shape.dims
     rows: list[tuple[object, ...]] = []
+    if len(out) != len(src) + 1:
+        return rows
     for d in range(len(src)):
         if dims == [*range(d + 1), *range(d + 2, len(src) + 1)] and out == (*src[: d + 1], out[d + 1], *src[d + 1 :]):
             rows.append((key, d, out[d + 1], src[d] * out[d + 1]))

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from ..errors import InputError
+from ..yamltext import LocatedLoader
 from .schema import key_text, validate
 
 DEFAULT_TIMEOUT = 300.0
@@ -129,25 +130,12 @@ def load_config(path: Path | str) -> Config:
     return parse_config(data, path, _key_lines(node))
 
 
-class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader, reporting a scalar it cannot construct (``2001-13-45``, ``0x_``,
-    ``!!int abc``) as a YAML error at its line; PyYAML lets these escape as ValueError & co."""
-
-    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
-        try:
-            return super().construct_object(node, deep)
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError) as e:
-            what = repr(node.value)[:60] if isinstance(node, yaml.ScalarNode) else "this value"
-            tag = node.tag.rsplit(":", 1)[-1]
-            raise yaml.constructor.ConstructorError(None, None, f"cannot read {what} as {tag}: {e}", node.start_mark) from e
-
-
 def _read_yaml(text: str, shown: str) -> tuple[Any, yaml.Node | None]:
     """The data and the node tree (for line numbers) of one YAML document, or an InputError."""
     _check_nesting(text, shown)
-    loader: _Loader | None = None
+    loader: LocatedLoader | None = None
     try:
-        loader = _Loader(text)  # refuses characters YAML does not allow (NUL, ...) right here
+        loader = LocatedLoader(text)  # refuses characters YAML does not allow (NUL, ...) right here
         node = loader.get_single_node()
         if node is not None:
             _check_size(node, shown)
