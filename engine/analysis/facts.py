@@ -31,7 +31,7 @@ class Facts:
 
 
 def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
-    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp"])
+    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "inrange"])
     cls_of_value: dict[object, int] = {}
     classes: dict[int, int] = {}
     members: dict[int, list[int]] = {}
@@ -84,6 +84,8 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
         add_dist_only(xp, f"rank-affine float({a}*r{int(b):+d})", "slicing/rank-arithmetic", f"(faffine {{d}} {a} {b})")  # type: ignore[call-overload]
     for xp, a, v in tables["fquot"]:
         add_dist_only(xp, f"rank-affine float({a}*r/{v})", "slicing/rank-division")
+    for xp, lo, hi in tables["inrange"]:
+        add_dist_only(xp, f"{VALUE_RANGE}[{lo}, {hi})", "slicing/value-range", f"(inrange {{d}} {lo} {hi})")
     for xp, k in tables["rdiv"]:
         add_dist_only(xp, f"floor(r/{k})", "slicing/rank-division", f"(rdiv {{d}} {k})")
     for x, xp, d, k, e in tables["grp"]:
@@ -113,8 +115,12 @@ def expected_text(b: Binding) -> str:
     return f"partial({r.op})"
 
 
+# A value range says nothing about the baseline: it never makes an instruction related.
+VALUE_RANGE = "value-range"
+
+
 def related(facts: Facts, gid: int) -> bool:
-    return bool(facts.by_dist.get(gid))
+    return any(not f.relation.startswith(VALUE_RANGE) for f in facts.by_dist.get(gid, []))
 
 
 def describe(g: Graphs, facts: Facts, gid: int) -> str:

@@ -83,7 +83,7 @@ ROW_TABLES = (
     "orop", "boolconv", "selectop", "gathershard", "maskfor", "dsliceat", "identlit", "falselit",
     "onelit", "fillop", "mulop", "addop", "prednefalse", "dotop", "sliceblock", "intconv",
     "reshapeback", "transposeback", "itof", "ftoi", "fdivop", "floorop", "onelem", "intdiv",
-    "litfint", "gatherpick", "repeatbc", "mergenext", "unitbcast",
+    "litfint", "gatherpick", "repeatbc", "mergenext", "unitbcast", "keepsvals",
 )  # fmt: skip
 
 
@@ -177,7 +177,7 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
     _mask_tables(rows, g)
     _round_trip_rows(rows, g)
     rows.update({k: sorted(v, key=repr) for k, v in tables.rows.items()})
-    for k in ("itof", "ftoi", "fdivop", "floorop", "onelem", "intdiv", "litfint", "repeatbc", "mergenext", "intconv", "sliceblock", "fillop", "mulop", "addop", "prednefalse", "identlit", "litint", "zerolit", "intop", "intwiden", "cmpop", "orop", "boolconv", "selectop", "scalarbcast", "layoutop", "ew", "commutative"):
+    for k in ("keepsvals", "itof", "ftoi", "fdivop", "floorop", "onelem", "intdiv", "litfint", "repeatbc", "mergenext", "intconv", "sliceblock", "fillop", "mulop", "addop", "prednefalse", "identlit", "litint", "zerolit", "intop", "intwiden", "cmpop", "orop", "boolconv", "selectop", "scalarbcast", "layoutop", "ew", "commutative"):
         rows[k] = sorted(set(rows[k]), key=repr)
     g.rows = rows
     return g
@@ -235,6 +235,8 @@ def _class_rows(rows: dict[str, list[tuple[object, ...]]], key: str, sig: Sig, i
     op = ins.opcode
     if op in ("reshape", "transpose"):
         rows["layoutop"].append((key,))
+    if op in ("reshape", "transpose", "broadcast", "copy", "slice"):
+        rows["keepsvals"].append((key,))
     if op in POINTWISE:
         rows["ew"].append((key, sig.pointwise_name()))
     if op == "broadcast" and opnd[0].dims == ():

@@ -76,7 +76,10 @@ class Tables:
             if op == "multiply":
                 self.add("lin2l", k, "add")
                 self.add("lin2r", k, "add")
-            if op == "divide":
+            if op == "divide" and sig.out[0] in ("f16", "bf16", "f32", "f64"):
+                # (sum_r a_r) / b = sum_r (a_r / b) in real arithmetic, the floats' model; not
+                # for integers, whose division truncates ((1 + 1) / 2 = 1, 1/2 + 1/2 = 0) and
+                # gives -1 for x / 0 on every rank (found by the mutation campaign).
                 self.add("lin2l", k, "add")
             if op == "maximum":
                 self.add("lin2", k, "max")

@@ -159,14 +159,21 @@ def _input_seeds(g: Graphs, bound: list[tuple[Binding, Instruction | None, Instr
     for b, bp, dp in bound:
         if bp is None or ("baseline", bp.name) not in g.by_name or ("distributed", dp.name) not in g.by_name:
             continue
-        bg, dg = g.by_name[("baseline", bp.name)], g.by_name[("distributed", dp.name)]
-        rel = b.relation
-        if rel.kind == "duplicate":
-            seeds.append(f"(dup (N {bg}) (N {dg}))")
-        elif rel.kind == "sharded":
-            seeds.append(f'(sharded (N {bg}) (N {dg}) {rel.dim} "{",".join(map(str, rel.blocks))}")')
-        elif rel.kind == "partial":
-            seeds.append(f'(partial (N {bg}) (N {dg}) "{rel.op}")')
+        seeds.extend(_binding_seeds(b, g.by_name[("baseline", bp.name)], g.by_name[("distributed", dp.name)]))
+    return seeds
+
+
+def _binding_seeds(b: Binding, bg: int, dg: int) -> list[str]:
+    """The facts an input binding states, for baseline node bg and distributed node dg."""
+    rel, seeds = b.relation, []
+    if rel.kind == "duplicate":
+        seeds.append(f"(dup (N {bg}) (N {dg}))")
+    elif rel.kind == "sharded":
+        seeds.append(f'(sharded (N {bg}) (N {dg}) {rel.dim} "{",".join(map(str, rel.blocks))}")')
+    elif rel.kind == "partial":
+        seeds.append(f'(partial (N {bg}) (N {dg}) "{rel.op}")')
+    if b.int_range is not None:
+        seeds.append(f"(inrange (N {dg}) {int(b.int_range[0])} {int(b.int_range[1])})")
     return seeds
 
 
@@ -259,14 +266,7 @@ def _prepare(spec: RelationSpec, g: Graphs, seg: Segment, sides: dict[str, parti
     for b, bp, dp in bound:
         if bp is None or ("baseline", bp.name) not in pos or ("distributed", dp.name) not in pos:
             continue
-        bg, dg = pos[("baseline", bp.name)], pos[("distributed", dp.name)]
-        rel = b.relation
-        if rel.kind == "duplicate":
-            seeds.append(f"(dup (N {bg}) (N {dg}))")
-        elif rel.kind == "sharded":
-            seeds.append(f'(sharded (N {bg}) (N {dg}) {rel.dim} "{",".join(map(str, rel.blocks))}")')
-        elif rel.kind == "partial":
-            seeds.append(f'(partial (N {bg}) (N {dg}) "{rel.op}")')
+        seeds.extend(_binding_seeds(b, pos[("baseline", bp.name)], pos[("distributed", dp.name)]))
     for name in views[1].boundary:
         d_local = pos[("distributed", name)]
         for f in known.by_dist.get(g.by_name[("distributed", name)], []):
