@@ -85,8 +85,16 @@ def exploding_term(depth: int) -> str:
 RELATIONS = {"groups": [[0, 1]], "inputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}], "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
 
 
+def _own_peak_mb() -> int:
+    """This process's peak resident memory since its exec (VmHWM). Not ru_maxrss: Linux keeps
+    that across fork and exec, so a child of a big pytest process would report the parent's."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) // 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
 def _child(depth: int, fan: int, budget: dict[str, Any]) -> None:
-    import resource
 
     from shardproof.engine.analysis.verify import Budget, verify
     from shardproof.engine.hlo.parser import parse_hlo
@@ -97,14 +105,13 @@ def _child(depth: int, fan: int, budget: dict[str, Any]) -> None:
     res = verify(parse_relations(RELATIONS), parse_hlo(base), parse_hlo(dist), budget=Budget(workers=1, **budget))
     print(json.dumps({
         "verdict": res.verdict, "reason": res.reason, "seconds": time.perf_counter() - t0,
-        "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+        "rss_mb": _own_peak_mb(),
         "instructions": len(dist.splitlines()) - 3, "timings": res.timings,
         "exhausted": res.stats.get("exhausted"), "nodes": res.stats.get("nodes"),
     }))
 
 
 def _egraph_child(max_nodes: int) -> None:
-    import resource
 
     from shardproof.engine.analysis.egg import Session, split_forms
 
@@ -115,7 +122,7 @@ def _egraph_child(max_nodes: int) -> None:
         stats = session.run(10**6, 120.0, max_nodes)
     finally:
         session.close()
-    print(json.dumps({**vars(stats), "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}))
+    print(json.dumps({**vars(stats), "rss_mb": _own_peak_mb()}))
 
 
 def run_isolated(depth: int, fan: int, budget: dict[str, Any], timeout: float) -> dict[str, Any]:
