@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from .errors import InputError
-from .yamltext import LocatedLoader
+from .yamltext import LocatedLoader, check_nesting
 
 INPUT_RELATIONS = ("duplicate", "sharded", "partial", "rank", "token")
 # rank and token inputs exist only in the distributed program.
@@ -74,6 +74,7 @@ def load_relations(path: str | Path) -> RelationSpec:
         raise InputError(p, "", f"cannot read relations file: {e.strerror}") from e
     except UnicodeDecodeError as e:
         raise InputError(p, f"byte {e.start}", "not UTF-8 text") from e
+    check_nesting(text, p)
     try:
         data = yaml.load(text, Loader=LocatedLoader)
     except yaml.YAMLError as e:
@@ -95,7 +96,8 @@ def parse_relations(data: Any, path: str = "<relations>") -> RelationSpec:
         raise fail("", "expected a mapping with keys groups, inputs, outputs")
     unknown = set(data) - {"groups", "inputs", "outputs", "custom_calls", "description"}
     if unknown:
-        raise fail(sorted(map(str, unknown))[0], "unknown key; expected one of groups, inputs, outputs, custom_calls")
+        # The key goes in quotes: a key like "3:4" must not read as a line and column.
+        raise fail("", f"unknown key {sorted(map(str, unknown))[0]!r}; expected one of groups, inputs, outputs, custom_calls")
     groups = data.get("groups")
     if not isinstance(groups, list) or not groups or not all(isinstance(g, list) and g and all(isinstance(r, int) and not isinstance(r, bool) for r in g) for g in groups):
         raise fail("groups", "expected a non-empty list of rank lists, e.g. [[0, 1, 2, 3]]")

@@ -173,3 +173,20 @@ ENTRY %main (p: f32[2,3]) -> f32[2,3] {
     rep = parse_hlo(hlo.replace("f32[2,3]{0,1} broadcast(f32[2,3]{1,0} %p), dimensions={0,1}", "f32[2,4,3]{2,1,0} broadcast(f32[2,3]{1,0} %p), dimensions={0,2}").replace("->f32[2,3]{0,1}", "->f32[2,4,3]{2,1,0}").replace(") -> f32[2,3] {", ") -> f32[2,4,3] {"), "m.hlo").entry.get("b")
     assert rep is not None
     assert _repeat_broadcast("k", rep, (2, 3)) == [("k", 0, 4, 8)]
+
+
+def test_an_unknown_key_that_looks_like_a_place_is_quoted(tmp_path: Path) -> None:
+    # Found by bench/fuzz.py: the key "0:0" was reported where a line:column goes.
+    p = tmp_path / "r.yaml"
+    p.write_text("0:0:")
+    with pytest.raises(InputError) as e:
+        load_relations(p)
+    assert e.value.where == "" and "unknown key '0:0'" in str(e.value)
+
+
+def test_deep_flow_nesting_in_the_relations_file_is_refused_at_once(tmp_path: Path) -> None:
+    p = tmp_path / "r.yaml"
+    p.write_text("groups: " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(InputError) as e:
+        load_relations(p)
+    assert e.value.where == "1:109" and "nested more than 100 levels" in str(e.value)

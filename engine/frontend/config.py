@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from ..errors import InputError
-from ..yamltext import LocatedLoader
+from ..yamltext import LocatedLoader, check_nesting
 from .schema import key_text, validate
 
 DEFAULT_TIMEOUT = 300.0
@@ -25,7 +25,6 @@ DEFAULT_MEMORY_MB = 16384
 CONFIG_NAME = ".shardproof.yml"
 # Bounds on what a config may ask for, so that a typo or a corrupt file is a clear error rather
 # than a hang or a crash while loading it.
-MAX_NESTING = 100  # '[' / '{' levels: PyYAML's scanner is quadratic in them, then recurses out
 MAX_VALUES = 50_000  # values with aliases expanded: "billion laughs" files stop here
 MAX_RANKS = 65536  # tp: a group [0 .. tp-1] is built as a list
 MAX_TIMEOUT = 7 * 24 * 3600.0  # seconds; also rejects .inf and .nan, which pass "> 0"
@@ -132,7 +131,7 @@ def load_config(path: Path | str) -> Config:
 
 def _read_yaml(text: str, shown: str) -> tuple[Any, yaml.Node | None]:
     """The data and the node tree (for line numbers) of one YAML document, or an InputError."""
-    _check_nesting(text, shown)
+    check_nesting(text, shown)
     loader: LocatedLoader | None = None
     try:
         loader = LocatedLoader(text)  # refuses characters YAML does not allow (NUL, ...) right here
@@ -157,21 +156,6 @@ def _read_yaml(text: str, shown: str) -> tuple[Any, yaml.Node | None]:
     finally:
         if loader is not None:
             loader.dispose()
-
-
-def _check_nesting(text: str, shown: str) -> None:
-    """Refuse flow collections nested deeper than MAX_NESTING (quotes ignored: an over-count
-    only matters far beyond any real config)."""
-    depth = 0
-    for m in re.finditer(r"[\[\]{}]", text):
-        if m.group() in "[{":
-            depth += 1
-            if depth > MAX_NESTING:
-                line = text.count("\n", 0, m.start()) + 1
-                column = m.start() - text.rfind("\n", 0, m.start())
-                raise InputError(shown, f"{line}:{column}", f"not valid YAML here: nested more than {MAX_NESTING} levels deep")
-        elif depth:
-            depth -= 1
 
 
 def _check_size(root: yaml.Node, shown: str) -> None:

@@ -263,7 +263,7 @@ def _read_padding(raw: str) -> list[tuple[int, int, int]]:
     return out
 
 
-MAX_IOTA_DEVICES = 1 << 20  # a million devices: far past any real mesh, small enough to expand
+MAX_IOTA_DEVICES = 1 << 16  # 65,536 devices: far past any real mesh (and expanded in milliseconds)
 MAX_TUPLE_DEPTH = 64
 
 
