@@ -143,13 +143,19 @@ def test_relations_file_not_utf8(tmp_path: Path) -> None:
         load_relations(p)
 
 
-def test_an_empty_tagged_int_is_a_located_error(tmp_path: Path) -> None:
-    # Found by bench/fuzz.py (atheris): PyYAML's int constructor indexes the empty string.
+def _load_error(tmp_path: Path, text: str) -> InputError:
+    """The InputError that loading ``text`` as a relations file must raise."""
     p = tmp_path / "r.yaml"
-    p.write_text("# a comment\n!!int ")
+    p.write_text(text)
     with pytest.raises(InputError) as e:
         load_relations(p)
-    assert e.value.where == "2:1" and "cannot read '' as int" in str(e.value)
+    return e.value
+
+
+def test_an_empty_tagged_int_is_a_located_error(tmp_path: Path) -> None:
+    # Found by bench/fuzz.py (atheris): PyYAML's int constructor indexes the empty string.
+    e = _load_error(tmp_path, "# a comment\n!!int ")
+    assert e.where == "2:1" and "cannot read '' as int" in str(e)
 
 
 def test_a_broadcast_keeping_the_rank_is_not_read_as_a_repeat() -> None:
@@ -177,16 +183,10 @@ ENTRY %main (p: f32[2,3]) -> f32[2,3] {
 
 def test_an_unknown_key_that_looks_like_a_place_is_quoted(tmp_path: Path) -> None:
     # Found by bench/fuzz.py: the key "0:0" was reported where a line:column goes.
-    p = tmp_path / "r.yaml"
-    p.write_text("0:0:")
-    with pytest.raises(InputError) as e:
-        load_relations(p)
-    assert e.value.where == "" and "unknown key '0:0'" in str(e.value)
+    e = _load_error(tmp_path, "0:0:")
+    assert e.where == "" and "unknown key '0:0'" in str(e)
 
 
 def test_deep_flow_nesting_in_the_relations_file_is_refused_at_once(tmp_path: Path) -> None:
-    p = tmp_path / "r.yaml"
-    p.write_text("groups: " + "[" * 5000 + "]" * 5000 + "\n")
-    with pytest.raises(InputError) as e:
-        load_relations(p)
-    assert e.value.where == "1:109" and "nested more than 100 levels" in str(e.value)
+    e = _load_error(tmp_path, "groups: " + "[" * 5000 + "]" * 5000 + "\n")
+    assert e.where == "1:109" and "nested more than 100 levels" in str(e)
