@@ -54,10 +54,14 @@ class SourceMap:
         return from_metadata(ins)
 
     def op_name(self, ins: Instruction) -> str:
-        entry = self.instructions.get(ins.name)
+        return self.op_name_of(ins.name, ins.metadata.op_name)
+
+    def op_name_of(self, name: str, metadata_op_name: str) -> str:
+        """The module path of an instruction: the source map's, else its metadata's."""
+        entry = self.instructions.get(name)
         if isinstance(entry, dict) and entry.get("op_name"):
             return str(entry["op_name"])
-        return ins.metadata.op_name
+        return metadata_op_name
 
 
 def from_metadata(ins: Instruction) -> Source:

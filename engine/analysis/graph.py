@@ -87,9 +87,11 @@ ROW_TABLES = (
 )  # fmt: skip
 
 
-def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params: set[str], with_rows: bool = True) -> Graphs:
+def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params: set[str], with_rows: bool = True, folded: frozenset[tuple[str, str]] = frozenset()) -> Graphs:
     """Nodes, signatures and unsupported-op checks; with ``with_rows``, also the e-graph rows
-    and shape tables (skipped for the whole graph when it is solved segment by segment)."""
+    and shape tables (skipped for the whole graph when it is solved segment by segment).
+    ``folded`` names the (side, instruction) placeholders of folded layers (hlo.fold): nodes
+    without signature or rows, related only by proofs of their own blocks."""
     g = Graphs(spec, baseline, distributed)
     tables = Tables(spec.c)
     g.tables = tables
@@ -123,6 +125,8 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
             node = Node(gid, side, ins, operands)
             g.nodes.append(node)
             g.by_name[(side, ins.name)] = gid
+            if (side, ins.name) in folded:
+                continue
             _check_supported(g, side, ins, module)
             if ins.opcode == "parameter":
                 rows["leafrow"].append((gid,))

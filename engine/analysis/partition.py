@@ -42,10 +42,13 @@ def _const_cone(comp: Computation) -> set[str]:
     return cone
 
 
-def _layers(comp: Computation, op_name: OpName, pattern: re.Pattern[str]) -> dict[str, int]:
+def _layers(comp: Computation, op_name: OpName, pattern: re.Pattern[str], fixed: dict[str, int] | None = None) -> dict[str, int]:
     cone = _const_cone(comp)
     layer: dict[str, int] = {}
     for ins in comp.instructions:
+        if fixed and ins.name in fixed:
+            layer[ins.name] = fixed[ins.name]  # a folded layer's placeholder keeps its block's layer
+            continue
         if ins.opcode in LEAVES or ins.name in cone:
             continue
         inherited = max((layer[o] for o in ins.operands if o in layer), default=-1)
@@ -56,11 +59,12 @@ def _layers(comp: Computation, op_name: OpName, pattern: re.Pattern[str]) -> dic
     return layer
 
 
-def plan(base: Module, dist: Module, base_op_name: OpName, dist_op_name: OpName, pattern: str | None = None) -> list[Segment] | None:
-    """Segment pairs in order, or None when the graphs do not cut the same way."""
+def plan(base: Module, dist: Module, base_op_name: OpName, dist_op_name: OpName, pattern: str | None = None, fixed: dict[str, dict[str, int]] | None = None) -> list[Segment] | None:
+    """Segment pairs in order, or None when the graphs do not cut the same way. ``fixed``:
+    per side, instructions whose layer is already known (placeholders of folded layers)."""
     rx = re.compile(pattern or DEFAULT_LAYER_PATTERN)
-    lb = _layers(base.entry, base_op_name, rx)
-    ld = _layers(dist.entry, dist_op_name, rx)
+    lb = _layers(base.entry, base_op_name, rx, (fixed or {}).get("baseline"))
+    ld = _layers(dist.entry, dist_op_name, rx, (fixed or {}).get("distributed"))
     labels = sorted(set(lb.values()))
     if labels != sorted(set(ld.values())) or len(labels) < 2:
         return None

@@ -13,7 +13,8 @@ from ..hlo.shapecheck import check_module
 from ..ir import Instruction, Module
 from ..relations import Binding, RelationSpec
 from ..sourcemap import SourceMap
-from . import partition
+from ..hlo.fold import Fold
+from . import folded, partition
 from .egg import ITERATIONS, LAYOUT_ROUNDS, NODES, SECONDS, RunStats, Session
 from .facts import Fact, Facts, expected_text, public_bijections, read_facts
 from .graph import Graphs, Node, build
@@ -44,6 +45,7 @@ class Budget:
     layer_pattern: str | None = None  # regex with one group: the layer number in op_name
     workers: int = 2  # e-graphs solved at once (one per thread) for independent segments
     progress: bool = False  # per-layer progress on stderr (only when it is a terminal)
+    fold: bool = True  # fold repeated layers in the text before parsing (hlo.fold; check_files)
 
 
 @dataclass
@@ -72,7 +74,10 @@ class Result:
         }
 
 
-def verify(spec: RelationSpec, baseline: Module, distributed: Module, sourcemap: SourceMap | None = None, budget: Budget | None = None) -> Result:
+def verify(spec: RelationSpec, baseline: Module, distributed: Module, sourcemap: SourceMap | None = None, budget: Budget | None = None, fold: Fold | None = None) -> Result:
+    """Verify the pair. With ``fold`` (the modules were parsed from ``fold``'s texts), folded
+    layers are related by proofs of their own blocks; a pair that does not cut where the fold
+    cut raises folded.FoldMismatch."""
     budget = budget or Budget()
     timings: dict[str, float] = {}
     t = time.perf_counter()
@@ -93,10 +98,14 @@ def verify(spec: RelationSpec, baseline: Module, distributed: Module, sourcemap:
 
     sm = sourcemap or SourceMap()
     t = time.perf_counter()
-    segments = plan(base, dist, lambda i: i.metadata.op_name, sm.op_name, budget.layer_pattern) if budget.partition else None
+    fixed = {side: fold.placeholders(side) for side in ("baseline", "distributed")} if fold else None
+    segments = plan(base, dist, lambda i: i.metadata.op_name, sm.op_name, budget.layer_pattern, fixed) if budget.partition or fold else None
+    if fold and not segments:
+        raise folded.FoldMismatch("the folded pair does not cut into layers")
     timings["partition"] = time.perf_counter() - t
     t = time.perf_counter()
-    g = build(spec, base, dist, rank_params, with_rows=not segments)
+    placeholders = frozenset((side, n) for side in ("baseline", "distributed") for n in (fixed or {}).get(side, {}))
+    g = build(spec, base, dist, rank_params, with_rows=not segments, folded=placeholders)
     timings["build"] = time.perf_counter() - t
     if g.unsupported:
         u = g.unsupported[0]
@@ -107,7 +116,7 @@ def verify(spec: RelationSpec, baseline: Module, distributed: Module, sourcemap:
     t = time.perf_counter()
     solver = LayoutSolver(spec.c)
     if segments:
-        facts, stats, seg_stats = _solve_segments(spec, g, base, dist, segments, bound, rank_params, solver, budget)
+        facts, stats, seg_stats = _solve_segments(spec, g, base, dist, segments, bound, rank_params, solver, budget, fold, tokens)
     else:
         facts, stats = _solve(g, _input_seeds(g, bound), solver, budget)
         seg_stats = {"segments": 1}
@@ -163,7 +172,7 @@ def _input_seeds(g: Graphs, bound: list[tuple[Binding, Instruction | None, Instr
     return seeds
 
 
-def _binding_seeds(b: Binding, bg: int, dg: int) -> list[str]:
+def _binding_seeds(b: Binding, bg: int | str, dg: int | str) -> list[str]:
     """The facts an input binding states, for baseline node bg and distributed node dg."""
     rel, seeds = b.relation, []
     if rel.kind == "duplicate":
@@ -191,25 +200,48 @@ def _solve(g: Graphs, seeds: list[str], solver: LayoutSolver, budget: Budget) ->
         session.close()
 
 
-def _solve_segments(spec: RelationSpec, g: Graphs, base: Module, dist: Module, segments: list[Segment], bound: list[tuple[Binding, Instruction | None, Instruction]], rank_params: set[str], solver: LayoutSolver, budget: Budget) -> tuple[Facts, RunStats, dict[str, Any]]:
+def _solve_segments(spec: RelationSpec, g: Graphs, base: Module, dist: Module, segments: list[Segment], bound: list[tuple[Binding, Instruction | None, Instruction]], rank_params: set[str], solver: LayoutSolver, budget: Budget, fold: Fold | None = None, tokens: frozenset[str] = frozenset()) -> tuple[Facts, RunStats, dict[str, Any]]:
     """Prove segment pairs stage by stage, carrying proven facts across cuts. Identical segment
-    pairs are proven once; the distinct ones of a stage run in parallel, one e-graph per thread."""
+    pairs are proven once; the distinct ones of a stage run in parallel, one e-graph per thread.
+    Folded layers are proven from their own blocks, once per class and input facts."""
     sides = {"baseline": partition.Side(base), "distributed": partition.Side(dist)}
     known = Facts({}, {}, {}, [])
     seen: set[tuple[int, str, frozenset[int]]] = set()
     # fingerprint -> [(canonical text, result)]: the text is compared in full, so two different
     # segments whose fingerprints collide never share a result.
     memo: dict[str, list[tuple[str, tuple[Facts, RunStats]]]] = {}
+    # folded blocks: class and canonical seeds, in full -> (block result, layer proven whole)
+    block_memo: dict[str, tuple[folded.BlockResult, int]] = {}
     report: list[dict[str, Any]] = [{} for _ in segments]
     total = RunStats(0, True, 0.0)  # exhausted: the first budget that ran out; nodes: the largest e-graph
     proven = reused = 0
     progress = Progress(len(segments), budget.progress)
     levels = partition.stages(segments, sides["baseline"], sides["distributed"])
+
+    def add_run(run: RunStats) -> None:
+        nonlocal total, proven
+        proven += 1
+        total = RunStats(total.iterations + run.iterations, total.saturated and run.saturated, total.seconds + run.seconds, total.exhausted or run.exhausted, max(total.nodes, run.nodes))
+
     with ThreadPoolExecutor(max_workers=max(1, budget.workers)) as pool:
         for level in levels:
-            prepared = [_prepare(spec, g, segments[i], sides, bound, known) for i in level]
+            prepared: list[_Prepared | tuple[folded.FoldedLayer, str]] = []
             jobs: dict[str, Future[tuple[Facts, RunStats]]] = {}
-            for i, prep in zip(level, prepared, strict=True):
+            block_jobs: dict[str, tuple[Future[folded.BlockResult], int]] = {}
+            for i in level:
+                fl = fold.layers.get(segments[i].label) if fold else None
+                if fl is not None:
+                    _check_folded_segment(segments[i], fl)
+                    seeds = folded.seeds(fl, g, bound, known, _binding_seeds)
+                    key = f"{fl.cls}\n" + "\n".join(seeds)
+                    hit = key in block_memo or key in block_jobs
+                    report[i] = {"layer": segments[i].label, "fingerprint": partition.fingerprint(key), "reused": hit, "folded": True, "instructions": len(fl.baseline.closure) + len(fl.distributed.closure)}
+                    if not hit:
+                        block_jobs[key] = (pool.submit(folded.prove, spec, fold, fl, seeds, rank_params, tokens, solver, budget, _solve), fl.label)
+                    prepared.append((fl, key))
+                    continue
+                prep = _prepare(spec, g, segments[i], sides, bound, known)
+                prepared.append(prep)
                 fp = partition.fingerprint(prep.text)
                 bucket = memo.setdefault(fp, [])
                 hit = next((r for t, r in bucket if t == prep.text), None)
@@ -220,20 +252,35 @@ def _solve_segments(spec: RelationSpec, g: Graphs, base: Module, dist: Module, s
             for text, job in jobs.items():
                 result = job.result()
                 memo[partition.fingerprint(text)].append((text, result))
-                proven += 1
-                run = result[1]
-                total = RunStats(total.iterations + run.iterations, total.saturated and run.saturated, total.seconds + run.seconds, total.exhausted or run.exhausted, max(total.nodes, run.nodes))
-            for i, prep in zip(level, prepared, strict=True):
-                result = next(r for t, r in memo[partition.fingerprint(prep.text)] if t == prep.text)
+                add_run(result[1])
+            for key, (bjob, label) in block_jobs.items():
+                bres = bjob.result()
+                block_memo[key] = (bres, label)
+                add_run(bres.stats)
+            for i, item in zip(level, prepared, strict=True):
                 reused += report[i]["reused"]
-                report[i]["saturated"] = result[1].saturated
-                if not result[1].saturated:
-                    report[i]["exhausted"] = result[1].exhausted
-                _merge(known, seen, result[0], prep.to_global, g)
+                if isinstance(item, tuple):
+                    fl, key = item
+                    bres, label = block_memo[key]
+                    run = bres.stats
+                    folded.merge(known, seen, bres, fl, g, label)
+                else:
+                    result = next(r for t, r in memo[partition.fingerprint(item.text)] if t == item.text)
+                    run = result[1]
+                    _merge(known, seen, result[0], item.to_global, g)
+                report[i]["saturated"] = run.saturated
+                if not run.saturated:
+                    report[i]["exhausted"] = run.exhausted
                 progress.step(segments[i].label, report[i]["reused"])
     progress.done()
     known.bijections.sort(key=lambda b: (str(b["distributed"]), str(b["baseline"])))
-    return known, total, {"segments": len(segments), "stages": len(levels), "segments_proven": proven, "segments_reused": reused, "segment_report": report}
+    return known, total, {"segments": len(segments), "stages": len(levels), "segments_proven": proven, "segments_reused": reused, "segments_folded": sum(1 for r in report if r.get("folded")), "segment_report": report}
+
+
+def _check_folded_segment(seg: Segment, fl: folded.FoldedLayer) -> None:
+    """A folded layer's segment holds exactly its placeholders (else the cut moved)."""
+    if set(seg.baseline) != set(fl.baseline.outputs) or set(seg.distributed) != set(fl.distributed.outputs):
+        raise folded.FoldMismatch(f"layer {fl.label}: the segment is not the folded block's placeholders")
 
 
 @dataclass
