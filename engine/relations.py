@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from .errors import InputError
-from .yamltext import LocatedLoader, check_nesting
+from .yamltext import check_nesting, load
 
 INPUT_RELATIONS = ("duplicate", "sharded", "partial", "rank", "token")
 # rank and token inputs exist only in the distributed program.
@@ -76,7 +76,7 @@ def load_relations(path: str | Path) -> RelationSpec:
         raise InputError(p, f"byte {e.start}", "not UTF-8 text") from e
     check_nesting(text, p)
     try:
-        data = yaml.load(text, Loader=LocatedLoader)
+        data = load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{mark.line + 1}:{mark.column + 1}" if mark else ""

@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InputError
+from ..hlo.fold import Fold
 from ..hlo.normalize import normalize
 from ..hlo.shapecheck import check_module
 from ..ir import Instruction, Module
 from ..relations import Binding, RelationSpec
 from ..sourcemap import SourceMap
-from ..hlo.fold import Fold
 from . import folded, partition
 from .egg import ITERATIONS, LAYOUT_ROUNDS, NODES, SECONDS, RunStats, Session
 from .facts import Fact, Facts, expected_text, public_bijections, read_facts

@@ -268,8 +268,8 @@ def build_all(
 
 def verify_model(model: ModelConfig, folder: Path) -> tuple[str, dict[str, Any] | None, str | None]:
     """(status, Result.to_json() or None, error) for built artifacts in ``folder``."""
-    from ..analysis.verify import Budget, verify
-    from ..hlo.parser import parse_hlo_file
+    from ..analysis.check import check_files
+    from ..analysis.verify import Budget
     from ..relations import load_relations
     from ..sourcemap import SourceMap
 
@@ -278,14 +278,13 @@ def verify_model(model: ModelConfig, folder: Path) -> tuple[str, dict[str, Any] 
         max_nodes=int(model.verify.get("max_nodes", 2_000_000)),
         seconds=float(model.verify.get("timeout", 120.0)),
         partition=bool(model.verify.get("partition", True)),
+        fold=bool(model.verify.get("fold", True)),
         layer_pattern=model.layer_pattern,
     )
     try:
         spec = load_relations(folder / _FILES["relations"])
-        base = parse_hlo_file(folder / _FILES["baseline"])
-        dist = parse_hlo_file(folder / _FILES["distributed"])
         sourcemap = SourceMap.load(folder / _FILES["sourcemap"])
-        result = verify(spec, base, dist, sourcemap, budget)
+        result = check_files(spec, folder / _FILES["baseline"], folder / _FILES["distributed"], sourcemap, budget)
     except InputError as e:
         return "build-failed", None, f"the verifier rejected the built artifacts: {e}"
     except Exception as e:  # a verifier error is no verdict, and never a pass

@@ -179,7 +179,6 @@ def _scan(text: str, op_name: Callable[[str, str], str]) -> _Side | None:
     head, close = entry
     del comps[next(k for k, v in comps.items() if v == entry)]
     instructions: dict[str, _Ins] = {}
-    op_name_cache: dict[str, str] = {}
     for ln in range(head + 1, close):
         line = lines[ln]
         if not line.strip():

@@ -1,0 +1,214 @@
+"""Folding repeated layers in the text (hlo.fold) before parsing: same verdicts as the unfolded
+and whole-graph runs on every pair, classes that only names, metadata and channel ids may
+share, strings compared whole, locations kept, and every doubt answered by not folding."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from shardproof.engine.analysis import partition
+from shardproof.engine.analysis.check import check_files
+from shardproof.engine.analysis.partition import DEFAULT_LAYER_PATTERN
+from shardproof.engine.analysis.verify import Budget, Result
+from shardproof.engine.errors import InputError
+from shardproof.engine.hlo import fold as F
+from shardproof.engine.relations import load_relations
+from shardproof.engine.sourcemap import SourceMap
+
+PAIRS = Path(__file__).parent / "pairs"
+NAMES = sorted(p.name for p in PAIRS.iterdir() if (p / "expect.yaml").exists())
+DEEP = PAIRS / "deep_mlp_tp4"
+META_OP_NAME = {"baseline": lambda name, md: md, "distributed": lambda name, md: md}
+
+
+def _check(d: Path, base: Path | None = None, dist: Path | None = None, **budget: object) -> Result:
+    sm = SourceMap.load(d / "sourcemap.json") if (d / "sourcemap.json").exists() else None
+    return check_files(load_relations(d / "relations.yaml"), base or d / "baseline.hlo", dist or d / "distributed.hlo", sm, Budget(**budget))  # type: ignore[arg-type]
+
+
+def _sites(r: Result) -> list[tuple[str, int]]:
+    return sorted((x["source"]["file"], x["source"]["line"]) for x in r.divergences)
+
+
+def _fold(base: str, dist: str) -> F.Fold | None:
+    return F.fold(base, dist, META_OP_NAME, DEFAULT_LAYER_PATTERN)
+
+
+def _texts() -> tuple[str, str]:
+    return (DEEP / "baseline.hlo").read_text(), (DEEP / "distributed.hlo").read_text()
+
+
+def _edit_layer(text: str, layer: int, old: str, new: str, count: int = 1) -> str:
+    """Replace ``old`` by ``new`` in the first ``count`` lines of ``layer`` that hold it."""
+    lines = text.split("\n")
+    done = 0
+    for i, line in enumerate(lines):
+        if done < count and f"layers.{layer}." in line and old in line:
+            lines[i] = line.replace(old, new, 1)
+            done += 1
+    assert done == count, (layer, old)
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_folded_partitioned_and_whole_graph_runs_agree(name: str) -> None:
+    d = PAIRS / name
+    folded = _check(d)
+    cut = _check(d, fold=False)
+    whole = _check(d, fold=False, partition=False)
+    assert folded.verdict == cut.verdict == whole.verdict == yaml.safe_load((d / "expect.yaml").read_text())["verdict"]
+    assert _sites(folded) == _sites(cut) == _sites(whole)
+
+
+def test_repeated_layers_are_folded_and_proven_from_their_blocks() -> None:
+    r = _check(DEEP)
+    assert r.verdict == "verified"
+    assert r.stats["fold"] == {"folded_layers": 6}
+    folded = [s for s in r.stats["segment_report"] if s.get("folded")]
+    assert [s["layer"] for s in folded] == [1, 2, 3, 4, 5, 6]
+    # Layer 1 reads layer 0's facts, the later ones the same facts again: one block proof
+    # serves them (input facts are part of the memo key).
+    assert 1 <= sum(not s["reused"] for s in folded) <= 2
+    # The trace runs through the placeholders and names the layer a proof was reused from.
+    rules = [s["rule"] for t in r.trace for s in t["steps"]]
+    assert any("up to names" in x for x in rules)
+
+
+def test_a_bug_layer_is_not_folded_and_the_pair_is_checked_again_whole() -> None:
+    d = PAIRS / "bug_deep_mlp_late_layer"
+    f = _fold((d / "baseline.hlo").read_text(), (d / "distributed.hlo").read_text())
+    assert f is not None and 6 not in f.layers and {1, 2, 3, 4, 5} <= set(f.layers)
+    r = _check(d)
+    assert r.verdict == "diverged"
+    assert r.stats["fold"]["unfolded_because"].startswith("folded run diverged")
+    expect = yaml.safe_load((d / "expect.yaml").read_text())["bug_site"]
+    assert (expect["file"], expect["line"]) in _sites(r)
+
+
+def test_memo_fingerprint_collisions_change_no_folded_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every segment and block gets the same fingerprint: the memo compares its keys in full.
+    monkeypatch.setattr(partition, "fingerprint", lambda text: "collide")
+    assert _check(DEEP).verdict == "verified"
+    d = PAIRS / "bug_deep_mlp_late_layer"
+    assert _check(d).verdict == "diverged"
+    base, dist = _texts()
+    # A folded layer whose block differs (a changed constant) under colliding fingerprints.
+    r = _check(DEEP, dist=_write(DEEP, "distributed.hlo", _edit_layer(dist, 4, "constant(0.5)", "constant(0.25)")))
+    assert r.verdict == "diverged"
+    assert {s["fingerprint"] for s in r.stats["segment_report"]} == {"collide"}
+
+
+_TMP: list[Path] = []
+
+
+def _write(d: Path, name: str, text: str) -> Path:
+    """A mutated copy next to nothing of the repository: a temporary folder per test run."""
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="shardproof-fold-"))
+    _TMP.append(folder)
+    p = folder / name
+    p.write_text(text)
+    return p
+
+
+@pytest.fixture(autouse=True)
+def _cleanup() -> object:
+    yield
+    import shutil
+
+    while _TMP:
+        shutil.rmtree(_TMP.pop(), ignore_errors=True)
+
+
+def test_the_folded_text_keeps_every_line_in_place() -> None:
+    base, dist = _texts()
+    f = _fold(base, dist)
+    assert f is not None
+    for original, folded in ((base, f.baseline_text), (dist, f.distributed_text)):
+        a, b = original.split("\n"), folded.split("\n")
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            assert y in ("", x) or F.FOLD_TARGET in y
+            if F.FOLD_TARGET in y:
+                assert y.split(" = ")[0] == x.split(" = ")[0]  # the placeholder takes its output's line
+
+
+def test_metadata_and_channel_ids_do_not_separate_layers() -> None:
+    base, dist = _texts()
+    dist = _edit_layer(dist, 4, "source_line=384", "source_line=999", count=3)
+    dist = _edit_layer(dist, 4, "channel_id=1", "channel_id=77")
+    f = _fold(base, dist)
+    assert f is not None and set(f.layers) == {1, 2, 3, 4, 5, 6}
+    assert len({fl.cls for fl in f.layers.values()}) == 1
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("constant(0.5)", "constant(0.25)"),  # a literal
+        ("dimensions={1,0}", "dimensions={0,1}"),  # an attribute
+        ("replica_groups={{0,1,2,3}}", "replica_groups={{0,1},{2,3}}"),
+        ("dot(f32[8,32]{1,0} %multiply.137,", "dot(f32[8,32]{1,0} %dot.126,"),  # wiring
+    ],
+)
+def test_a_layer_that_differs_in_value_is_not_folded(old: str, new: str) -> None:
+    base, dist = _texts()
+    dist2 = _edit_layer(dist, 4, old, new)
+    assert dist2 != dist
+    f = _fold(base, dist2)
+    assert f is not None and 4 not in f.layers
+
+
+def test_strings_are_compared_whole_and_names_inside_them_are_not_renamed() -> None:
+    base, dist = _texts()
+
+    def tag(text: str, layer: int, value: str) -> str:
+        return _edit_layer(text, layer, "rhs_contracting_dims={0}", f'rhs_contracting_dims={{0}}, frontend_attributes={{note="{value}"}}')
+
+    # The same string in every layer: still one class.
+    same = dist
+    for k in range(8):
+        same = tag(same, k, "%dot.1, metadata={op_name=\\\"x\\\"}")
+    f = _fold(base, same)
+    assert f is not None and set(f.layers) == {1, 2, 3, 4, 5, 6}
+    # Strings that differ only by a %name or by what follows a metadata-like text inside them.
+    for v4, v5 in (("%dot.1", "%dot.2"), ("a, metadata={op_name=\\\"x\\\"}", "a, metadata={op_name=\\\"y\\\"}")):
+        text = dist
+        for k in range(8):
+            text = tag(text, k, v5 if k == 5 else v4)
+        f = _fold(base, text)
+        assert f is not None and 5 not in f.layers and 4 in f.layers
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("f32[8,32]{1,0} %add.125,", "f32[8,32]{1,0} add.125,"),  # an operand without %
+        ("%transpose.20)", "%transpose.999)"),  # used before (never) defined
+    ],
+)
+def test_text_not_in_the_printers_form_is_not_folded(old: str, new: str) -> None:
+    base, dist = _texts()
+    assert _fold(base, dist.replace(old, new, 1)) is None
+
+
+def test_bad_input_in_a_repeated_layer_is_reported_at_its_line() -> None:
+    base, dist = _texts()
+    lines = dist.split("\n")
+    n = next(i for i, x in enumerate(lines) if "layers.5." in x and "multiply(" in x)
+    lines[n] = lines[n].replace("f32[8,32]{1,0} multiply", "f33[8,32]{1,0} multiply", 1)
+    bad = _write(DEEP, "distributed.hlo", "\n".join(lines))
+    with pytest.raises(InputError) as e:
+        _check(DEEP, dist=bad)
+    assert re.search(rf":{n + 1}:\d+", str(e.value)) and "f33" in str(e.value)
+
+
+def test_fold_can_be_turned_off() -> None:
+    r = _check(DEEP, fold=False)
+    assert r.verdict == "verified" and r.stats["fold"] == {"folded_layers": 0}
+    assert not any(s.get("folded") for s in r.stats["segment_report"])
