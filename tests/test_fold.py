@@ -95,7 +95,7 @@ def test_memo_fingerprint_collisions_change_no_folded_verdict(monkeypatch: pytes
     assert _check(DEEP).verdict == "verified"
     d = PAIRS / "bug_deep_mlp_late_layer"
     assert _check(d).verdict == "diverged"
-    base, dist = _texts()
+    _, dist = _texts()
     # A folded layer whose block differs (a changed constant) under colliding fingerprints.
     r = _check(DEEP, dist=_write(DEEP, "distributed.hlo", _edit_layer(dist, 4, "constant(0.5)", "constant(0.25)")))
     assert r.verdict == "diverged"
@@ -198,7 +198,7 @@ def test_text_not_in_the_printers_form_is_not_folded(old: str, new: str) -> None
 
 
 def test_bad_input_in_a_repeated_layer_is_reported_at_its_line() -> None:
-    base, dist = _texts()
+    _, dist = _texts()
     lines = dist.split("\n")
     n = next(i for i, x in enumerate(lines) if "layers.5." in x and "multiply(" in x)
     lines[n] = lines[n].replace("f32[8,32]{1,0} multiply", "f33[8,32]{1,0} multiply", 1)

@@ -15,6 +15,7 @@ from shardproof.engine.frontend.declare import BuildContext, Input, Model
 
 from .decode import SplitKVDecode
 from .llama import Llama, LlamaConfig
+from .moe import expert_parallel
 from .parallel import Parallel
 from .train import TrainStep
 
@@ -71,9 +72,13 @@ def llama_plan(cfg: LlamaConfig, tp: int, prefix: str = "") -> dict[str, Any]:
     else:
         for name in ("q", "k", "v"):
             plan[f"{prefix}layers.*.attn.{name}"] = "colwise"
-    if cfg.experts:
+    if cfg.experts and expert_parallel(cfg.experts, tp):
         for name in ("router", "gate_up", "down"):
             plan[f"{prefix}layers.*.mlp.{name}"] = "expert"
+    elif cfg.experts:  # tensor-parallel experts: each expert a column/row-parallel SwiGLU
+        plan[f"{prefix}layers.*.mlp.router"] = "replicate"
+        plan[f"{prefix}layers.*.mlp.gate_up"] = {"shard": 1, "blocks": [cfg.ffn, cfg.ffn]}
+        plan[f"{prefix}layers.*.mlp.down"] = {"shard": 2}
     else:
         if cfg.fused:
             plan[f"{prefix}layers.*.mlp.gate_up"] = {"style": "colwise", "blocks": [cfg.ffn, cfg.ffn]}

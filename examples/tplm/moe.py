@@ -1,9 +1,16 @@
-"""A Mixtral-style mixture of experts with expert parallelism.
+"""A Mixtral-style mixture of experts with expert parallelism, or tensor-parallel experts.
 
-Each rank owns ``experts / c`` experts: their slice of the router and their stacked SwiGLU
-weights (plan style ``expert``: split along dim 0). Routing is top-k over *all* experts without
-gathering the router logits: the k-th largest logit comes from per-rank maxima reduced with
-all-reduce(max), the softmax denominator of the chosen experts from an all-reduce(sum).
+Expert parallel (when the experts divide over the ranks): each rank owns ``experts / c``
+experts, their slice of the router and their stacked SwiGLU weights (plan style ``expert``:
+split along dim 0). Routing is top-k over *all* experts without gathering the router logits:
+the k-th largest logit comes from per-rank maxima reduced with all-reduce(max), the softmax
+denominator of the chosen experts from an all-reduce(sum).
+
+Tensor-parallel experts (more ranks than experts, e.g. Mixtral's 8 experts at TP 32, as
+Megatron-LM does with expert-parallel size 1): every rank holds the whole router and every
+expert, each expert's SwiGLU split along its ffn dim like a column/row-parallel MLP (gate+up
+along dim 1 with blocks [ffn, ffn], down along dim 2). Routing is the same on every rank; each
+expert's output is a partial sum over the ranks.
 
 Every local expert runs on every token (the dense formulation: weights of unchosen experts are
 zero), and the combine is an unrolled loop of adds over the rank's experts followed by an
@@ -27,15 +34,22 @@ from .parallel import (
 )
 
 
+def expert_parallel(experts: int, tp: int) -> bool:
+    """Whole experts per rank when they divide over the ranks; tensor-parallel experts else."""
+    return experts % tp == 0
+
+
 class MoE(nn.Module):
     def __init__(self, hidden: int, ffn: int, experts: int, top_k: int, ps: Parallel) -> None:
         super().__init__()
         self.ps = ps
         self.top_k = top_k
-        self.local = ps.shard(experts, "experts")
+        self.expert_parallel = expert_parallel(experts, ps.tp)
+        self.local = ps.shard(experts, "experts") if self.expert_parallel else experts
+        ffn_local = ffn if self.expert_parallel else ps.shard(ffn, "expert ffn")
         self.router = nn.Parameter(torch.empty(self.local, hidden))
-        self.gate_up = nn.Parameter(torch.empty(self.local, 2 * ffn, hidden))
-        self.down = nn.Parameter(torch.empty(self.local, hidden, ffn))
+        self.gate_up = nn.Parameter(torch.empty(self.local, 2 * ffn_local, hidden))
+        self.down = nn.Parameter(torch.empty(self.local, hidden, ffn_local))
 
     def _groups(self) -> Groups:
         ps = self.ps
@@ -49,15 +63,19 @@ class MoE(nn.Module):
     def routing(self, rows: Tensor) -> Tensor:
         """(T, local experts) gate weights: softmax over each token's top-k experts, 0 elsewhere."""
         ps = self.ps
+        # Over the expert-parallel group when the experts are split; every rank has them all
+        # otherwise.
+        rmax = (lambda t: all_reduce_max(t, ps)) if self.expert_parallel else (lambda t: t)
+        rsum = (lambda t: all_reduce_sum(t, ps)) if self.expert_parallel else (lambda t: t)
         logits = F.linear(rows, self.router)  # (T, E/c): this rank's experts
         lowest = torch.finfo(logits.dtype).min
-        top = all_reduce_max(logits.amax(dim=-1, keepdim=True), ps)
+        top = rmax(logits.amax(dim=-1, keepdim=True))
         threshold, remaining = top, logits
         for _ in range(self.top_k - 1):
             remaining = remaining.masked_fill(remaining >= threshold, lowest)
-            threshold = all_reduce_max(remaining.amax(dim=-1, keepdim=True), ps)
+            threshold = rmax(remaining.amax(dim=-1, keepdim=True))
         chosen = torch.exp(logits - top).masked_fill(logits < threshold, 0.0)
-        return chosen / all_reduce_sum(chosen.sum(dim=-1, keepdim=True), ps)
+        return chosen / rsum(chosen.sum(dim=-1, keepdim=True))
 
     def forward(self, x: Tensor) -> Tensor:
         if self.ps.sequence_parallel:
