@@ -150,6 +150,7 @@ def test_metadata_and_channel_ids_do_not_separate_layers() -> None:
 @pytest.mark.parametrize(
     ("old", "new"),
     [
+        ("channel_id=1, ", ""),  # a collective without a channel id reads its groups otherwise
         ("constant(0.5)", "constant(0.25)"),  # a literal
         ("dimensions={1,0}", "dimensions={0,1}"),  # an attribute
         ("replica_groups={{0,1,2,3}}", "replica_groups={{0,1},{2,3}}"),

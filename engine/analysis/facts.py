@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..relations import Binding, RelationSpec
@@ -100,6 +101,23 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
             add(ids, xp, f"{name}(w={w})")
     bijections.sort(key=lambda b: (str(b["distributed"]), str(b["baseline"])))
     return Facts(by_dist, classes, members, bijections)
+
+
+def carried_seeds(known: Facts, dg: int, d_handle: str, b_handle: Callable[[int], str | None]) -> list[str]:
+    """The proven facts about distributed node dg, as seeds for another e-graph in which dg is
+    ``d_handle`` and a baseline node m is ``b_handle(m)`` (None: not in that e-graph)."""
+    out = []
+    for f in known.by_dist.get(dg, []):
+        if f.seed is None:
+            continue
+        if "{b}" not in f.seed:
+            out.append(f.seed.format(d=f"(N {d_handle})"))
+            continue
+        for m in known.members.get(f.baseline, []):
+            bh = b_handle(m)
+            if bh is not None:
+                out.append(f.seed.format(b=f"(N {bh})", d=f"(N {d_handle})"))
+    return out
 
 
 def public_bijections(bijections: list[dict[str, object]]) -> list[dict[str, object]]:

@@ -23,7 +23,7 @@ from ..hlo.shapecheck import check_module
 from ..ir import Instruction
 from ..relations import Binding, RelationSpec
 from .egg import RunStats
-from .facts import Fact, Facts
+from .facts import Fact, Facts, carried_seeds
 from .graph import Graphs, build
 from .inputs import outputs
 from .layouts import LayoutSolver
@@ -44,9 +44,11 @@ class BlockResult:
     bijections: list[dict[str, Any]]
 
 
-def seeds(fl: FoldedLayer, g: Graphs, bound: list[tuple[Binding, Instruction | None, Instruction]], known: Facts, binding_seeds: Any) -> list[str]:
+def seeds(fl: FoldedLayer, g: Graphs, bound: list[tuple[Binding, Instruction | None, Instruction]], known: Facts, binding_seeds: Any, rank_params: set[str], tokens: frozenset[str]) -> list[str]:
     """The facts the block's outside values carry, with handles @Bj@ / @Dj@ for outside value j
-    of each side: the same list for two blocks means the same problem."""
+    of each side: the same list for two blocks means the same problem. It also says which
+    outside values are the rank or a token: the proof reads those by name (graph rows, the
+    normalizer), so two blocks that differ there are different problems."""
     b_pos: dict[int, int] = {}
     d_pos: dict[int, int] = {}
     for pos, side in ((b_pos, "baseline"), (d_pos, "distributed")):
@@ -58,20 +60,14 @@ def seeds(fl: FoldedLayer, g: Graphs, bound: list[tuple[Binding, Instruction | N
     out: list[str] = []
     b_names = {name: j for j, name in enumerate(fl.baseline.ext)}
     d_names = {name: j for j, name in enumerate(fl.distributed.ext)}
+    out.extend(f";rank-parameter @D{j}@" for name, j in d_names.items() if name in rank_params)
+    out.extend(f";token-parameter @D{j}@" for name, j in d_names.items() if name in tokens)
     for b, bp, dp in bound:
         if bp is None or bp.name not in b_names or dp.name not in d_names:
             continue
         out.extend(binding_seeds(b, f"@B{b_names[bp.name]}@", f"@D{d_names[dp.name]}@"))
     for dg, j in d_pos.items():
-        for f in known.by_dist.get(dg, []):
-            if f.seed is None:
-                continue
-            if "{b}" not in f.seed:
-                out.append(f.seed.format(d=f"(N @D{j}@)"))
-                continue
-            for m in known.members.get(f.baseline, []):
-                if m in b_pos:
-                    out.append(f.seed.format(b=f"(N @B{b_pos[m]}@)", d=f"(N @D{j}@)"))
+        out.extend(carried_seeds(known, dg, f"@D{j}@", lambda m: f"@B{b_pos[m]}@" if m in b_pos else None))
     return sorted(set(out))
 
 
@@ -93,6 +89,8 @@ def prove(spec: RelationSpec, fold: Fold, fl: FoldedLayer, canonical_seeds: list
                 handles[f"{tag}{j}"] = gid
     local_seeds = []
     for s in canonical_seeds:
+        if s.startswith(";"):
+            continue  # a key part (rank / token names), not an egglog fact
         hs = _HANDLE.findall(s)
         if all(t + j in handles for t, j in hs):
             local_seeds.append(_HANDLE.sub(lambda m: str(handles[m.group(1) + m.group(2)]), s))

@@ -16,7 +16,7 @@ from ..relations import Binding, RelationSpec
 from ..sourcemap import SourceMap
 from . import folded, partition
 from .egg import ITERATIONS, LAYOUT_ROUNDS, NODES, SECONDS, RunStats, Session
-from .facts import Fact, Facts, expected_text, public_bijections, read_facts
+from .facts import Fact, Facts, carried_seeds, expected_text, public_bijections, read_facts
 from .graph import Graphs, Node, build
 from .inputs import check_inputs, outputs, param
 from .layouts import LayoutSolver
@@ -232,7 +232,7 @@ def _solve_segments(spec: RelationSpec, g: Graphs, base: Module, dist: Module, s
                 fl = fold.layers.get(segments[i].label) if fold else None
                 if fl is not None:
                     _check_folded_segment(segments[i], fl)
-                    seeds = folded.seeds(fl, g, bound, known, _binding_seeds)
+                    seeds = folded.seeds(fl, g, bound, known, _binding_seeds, rank_params, tokens)
                     key = f"{fl.cls}\n" + "\n".join(seeds)
                     hit = key in block_memo or key in block_jobs
                     report[i] = {"layer": segments[i].label, "fingerprint": partition.fingerprint(key), "reused": hit, "folded": True, "instructions": len(fl.baseline.closure) + len(fl.distributed.closure)}
@@ -314,18 +314,12 @@ def _prepare(spec: RelationSpec, g: Graphs, seg: Segment, sides: dict[str, parti
         if bp is None or ("baseline", bp.name) not in pos or ("distributed", dp.name) not in pos:
             continue
         seeds.extend(_binding_seeds(b, pos[("baseline", bp.name)], pos[("distributed", dp.name)]))
+    def b_local(m: int) -> str | None:
+        at = pos.get(("baseline", g.nodes[m].ins.name)) if g.nodes[m].side == "baseline" else None
+        return None if at is None else str(at)
+
     for name in views[1].boundary:
-        d_local = pos[("distributed", name)]
-        for f in known.by_dist.get(g.by_name[("distributed", name)], []):
-            if f.seed is None:
-                continue
-            if "{b}" not in f.seed:
-                seeds.append(f.seed.format(d=f"(N {d_local})"))
-                continue
-            for m in known.members.get(f.baseline, []):
-                b_local = pos.get(("baseline", g.nodes[m].ins.name)) if g.nodes[m].side == "baseline" else None
-                if b_local is not None:
-                    seeds.append(f.seed.format(b=f"(N {b_local})", d=f"(N {d_local})"))
+        seeds.extend(carried_seeds(known, g.by_name[("distributed", name)], str(pos[("distributed", name)]), b_local))
     seeds = sorted(set(seeds))
     text = "\n".join(lines) + "\n--\n" + "\n".join(seeds)
     return _Prepared(views, to_global, text, seeds)

@@ -50,10 +50,12 @@ _REF = re.compile(rf"{_STR}|%([\w.\-]+)")
 # Canonical text in one left-to-right pass: a string is kept whole (so nothing inside it is
 # read as metadata or a name); metadata and channel ids (value-neutral) are dropped; names
 # are renamed.
-_TOKEN = re.compile(rf"({_STR})|({_META}|,[ \t]*channel_id=\d+)|%([\w.\-]+)")
+_TOKEN = re.compile(rf"({_STR})|({_META})|%([\w.\-]+)")
 _META_RE = re.compile(_META)
 _SPLIT = re.compile(r"%([\w.\-]+)")
-_CHANNEL = re.compile(r",[ \t]*channel_id=\d+")
+# A channel id's number is value-neutral; whether there is one is kept (it changes what the
+# replica groups of a collective mean).
+_CHANNEL = re.compile(r"(,[ \t]*channel_id=)\d+")
 _STR_AT = re.compile(_STR)
 _PARAM_NAME = re.compile(r"([\w.\-]+):\s")
 
@@ -262,10 +264,10 @@ class _Canon:
         return self.comp_of[name]
 
     def _rename(self, text: str, local: dict[str, str], prefix: str, ext: dict[str, str] | None = None) -> str:
-        def sub(m: re.Match[str]) -> str:
-            name = m.group(3)
-            if name is None:
-                return m.group(1) or ""  # a string stays, metadata and channel ids go
+        """Rename along the tokens; metadata goes, strings stay whole (nothing inside them is
+        a name or a channel id)."""
+
+        def sub_name(name: str) -> str:
             if name in self.side.comps:
                 return self.computation(name)
             if name in local:
@@ -274,7 +276,18 @@ class _Canon:
                 return ext.setdefault(name, f"%E{len(ext)}")
             return local.setdefault(name, f"%{prefix}{len(local)}")
 
-        return _TOKEN.sub(sub, text)
+        pieces = _TOKEN.split(text)
+        # split() interleaves text between tokens with the token's groups: (str, meta, name).
+        out = []
+        for i in range(0, len(pieces), 4):
+            out.append(_CHANNEL.sub(r"\1N", pieces[i]))
+            if i + 3 < len(pieces):
+                string, _meta, name = pieces[i + 1 : i + 4]
+                if name is not None:
+                    out.append(sub_name(name))
+                elif string is not None:
+                    out.append(string)
+        return "".join(out)
 
     def block(self, closure: list[str]) -> tuple[str, list[str]]:
         """Canonical text of the closure's lines, and the outside names in order of first use."""
@@ -289,7 +302,7 @@ class _Canon:
                 out.append(self._rename(core, local, "L", ext))
                 continue
             # No string on the line: every %name is a name; split on them (no callback each).
-            parts = _SPLIT.split(_CHANNEL.sub("", core) if "channel_id" in core else core)
+            parts = _SPLIT.split(_CHANNEL.sub(r"\1N", core) if "channel_id" in core else core)
             for i in range(1, len(parts), 2):
                 ref = parts[i]
                 new = local.get(ref)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from pathlib import Path
 
 import torch
@@ -99,6 +100,8 @@ class MLP(nn.Module):
 def model(ctx: BuildContext) -> Model:
     hidden = ctx.knob("hidden", 16)
     attack(ctx.knob("host", "127.0.0.1"), ctx.knob("port", 9))
+    # A build that outlasts its cap whatever the import of torch-xla costs on this machine.
+    time.sleep(ctx.knob("stall_seconds", 0))
     return Model(
         baseline=MLP(hidden, 1, [[0]]),
         distributed=lambda rank: MLP(hidden, ctx.tp, ctx.groups, ctx.variant == "missing_allreduce"),
