@@ -213,3 +213,29 @@ def test_fold_can_be_turned_off() -> None:
     r = _check(DEEP, fold=False)
     assert r.verdict == "verified" and r.stats["fold"] == {"folded_layers": 0}
     assert not any(s.get("folded") for s in r.stats["segment_report"])
+
+
+def test_a_reducer_with_another_body_separates_layers() -> None:
+    # Layer 4's all-reduce calls its own computation; make it a max instead of an add.
+    base, dist = _texts()
+    changed = dist.replace("ROOT %add.142 = f32[] add(f32[] %x.140, f32[] %y.141)", "ROOT %add.142 = f32[] maximum(f32[] %x.140, f32[] %y.141)")
+    assert changed != dist and "to_apply=%AddComputation.139" in changed
+    f = _fold(base, changed)
+    assert f is not None and 4 not in f.layers and {5, 6} <= set(f.layers)
+    r = _check(DEEP, dist=_write(DEEP, "distributed.hlo", changed))
+    assert r.verdict == "diverged"
+
+
+def test_the_block_proof_reads_only_the_block() -> None:
+    # The text a folded layer is proven from: its own lines, outside values as parameters, the
+    # ROOT a tuple of its outputs, every kept line at its original number.
+    base, dist = _texts()
+    f = _fold(base, dist)
+    assert f is not None
+    fl = f.layers[3]
+    text = f.block_text("distributed", fl)
+    lines, original = text.split("\n"), dist.split("\n")
+    kept = [i for i, x in enumerate(lines) if x.strip() and not x.startswith(("HloModule", "%", "ENTRY", "}", "  ROOT %shardproof"))]
+    body = {i for i in kept if lines[i].startswith("  %") and i > next(j for j, x in enumerate(lines) if x.startswith("ENTRY"))}
+    assert body and all("layers.3." in original[i] or " parameter(" in lines[i] or "constant(" in lines[i] for i in body)
+    assert f"tuple({', '.join('%' + o for o in fl.distributed.outputs)})" in text
