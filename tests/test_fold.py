@@ -275,3 +275,74 @@ def test_mutated_texts_fold_cleanly_and_never_verify_what_the_whole_pair_does_no
         if folded.verdict == "verified" and _check(DEEP, dist=path, fold=False).verdict != "verified":
             disagreements.append((n, i, old, new))
     assert tried >= 50 and disagreements == []
+
+
+# Counterexamples a review found (each was folded "verified", unfolded not): regressions.
+
+
+def _disagree(dist_text: str) -> tuple[str, str]:
+    path = _write(DEEP, "distributed.hlo", dist_text)
+    return _check(DEEP, dist=path).verdict, _check(DEEP, dist=path, fold=False).verdict
+
+
+def test_a_comment_across_lines_is_read_as_the_parser_reads_it() -> None:
+    # Dead lines after each layer open and close a comment; in layer 6 the comment swallows
+    # layer 7 and the ROOT, so the program computes 7 layers. The fold must see that too.
+    _, dist = _texts()
+    lines = dist.split("\n")
+    e = next(i for i, x in enumerate(lines) if x.startswith("ENTRY"))
+    c = next(i for i in range(e, len(lines)) if lines[i] == "}")
+    layers: dict[int, list[str]] = {}
+    root = ""
+    for x in lines[e + 1 : c]:
+        if x.strip().startswith("ROOT"):
+            root = x
+            continue
+        layers.setdefault(int(re.search(r'op_name="model\.layers\.(\d+)\.', x).group(1)), []).append(x)  # type: ignore[union-attr]
+    early7 = [x for x in layers[7] if " parameter(" in x or " transpose(" in x or " constant(" in x]
+    out: list[str] = []
+    for k in range(7):
+        out += layers[k] + (early7 if k == 6 else [])
+        last = re.match(r"\s*%([\w.\-]+) = ", layers[k][-1]).group(1)  # type: ignore[union-attr]
+        out.append(f"  %deadA.{k} = (f32[8,32]{{1,0}}) tuple(f32[8,32]{{1,0}} %{last}), /*")
+        if k == 6:
+            out += [x for x in layers[7] if x not in early7] + [root]
+        out.append(f"  %deadB.{k} = f32[8,32]{{1,0}} negate(f32[8,32]{{1,0}} %{last}), foo=*/ metadata={{}}")
+    folded, whole = _disagree("\n".join(lines[: e + 1] + out + lines[c:]))
+    assert folded == whole != "verified"
+
+
+def test_metadata_inside_a_comment_never_hides_an_attribute() -> None:
+    _, dist = _texts()
+    lines = dist.split("\n")
+    n = 0
+    for i, x in enumerate(lines):
+        m = re.match(r'(\s*%transpose\.\d+ = \S+ transpose\([^)]*\)), dimensions=\{1,0\}, metadata=\{[^\n]*op_name="model\.layers\.(\d+)\.', x)
+        if m:
+            dims = "{0,1}" if (m.group(2) == "4" and n == 0) else "{1,0}"
+            n += m.group(2) == "4"
+            lines[i] = m.group(1) + ', sharding={replicated} /* , metadata={op_name="*/, dimensions=' + dims + ', backend_config="}"'
+    folded, whole = _disagree("\n".join(lines))
+    assert folded == whole != "verified"
+
+
+def test_instruction_names_equal_to_computation_names_are_not_folded() -> None:
+    # Reducer parameters renamed like dummy computations, and layer 4's reducer made x + x.
+    _, dist = _texts()
+    dummies: list[str] = []
+
+    def rename(m: re.Match[str]) -> str:
+        n, body = m.group(1), m.group(0)
+        x, y = re.search(r"%(x\.\d+)", body).group(1), re.search(r"%(y\.\d+)", body).group(1)  # type: ignore[union-attr]
+        body = body.replace(x, f"Dx{n}").replace(y, f"Dy{n}")
+        if n == "139":
+            body = body.replace(f"%Dy{n})", f"%Dx{n})")
+        dummies.extend(f"%{d} (p.{d}: f32[]) -> f32[] {{\n  ROOT %q.{d} = f32[] parameter(0)\n}}\n" for d in (f"Dx{n}", f"Dy{n}"))
+        return body
+
+    text = re.sub(r"%AddComputation\.(\d+) \(.*?\n}\n", rename, dist, flags=re.S)
+    head, rest = text.split("\n\n", 1)
+    text = head + "\n\n" + "\n".join(dummies) + "\n" + rest
+    assert _fold(_texts()[0], text) is None
+    folded, whole = _disagree(text)
+    assert folded == whole != "verified"

@@ -43,7 +43,11 @@ def check_files(spec: RelationSpec, baseline: str | Path, distributed: str | Pat
     if budget.fold and budget.partition:
         t = time.perf_counter()
         op_names = {"baseline": lambda name, md: md, "distributed": sm.op_name_of}
-        f = fold(texts["baseline"], texts["distributed"], op_names, budget.layer_pattern or DEFAULT_LAYER_PATTERN, paths)
+        try:
+            f = fold(texts["baseline"], texts["distributed"], op_names, budget.layer_pattern or DEFAULT_LAYER_PATTERN, paths)
+        except Exception as e:  # the fold is a shortcut: when it fails, the whole pair answers
+            f = None
+            note["unfolded_because"] = f"the fold failed ({type(e).__name__}: {e})"
         timings["fold"] = time.perf_counter() - t
         if f is not None:
             note["folded_layers"] = len(f.layers)
@@ -62,6 +66,8 @@ def check_files(spec: RelationSpec, baseline: str | Path, distributed: str | Pat
                 note["unfolded_because"] = f"the parsed pair does not cut where the text fold did ({e})"
             except InputError as e:
                 note["unfolded_because"] = f"bad input ({e}); the whole pair says where"
+            except Exception as e:  # never an answer from a broken shortcut
+                note["unfolded_because"] = f"the folded run failed ({type(e).__name__}: {e})"
             timings = {k: v for k, v in timings.items() if k in ("read", "fold")}
             timings["folded_run"] = sum(result.timings.values()) if "result" in locals() else 0.0
     t = time.perf_counter()

@@ -27,6 +27,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .parser import _ScanError, _strip_comments
+
 FOLD_TARGET = "shardproof.folded-layer"
 
 _STR = r'"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"'
@@ -45,12 +47,15 @@ _LINE = re.compile(
     r"((?:,.*)?)\Z"
 )
 _COMP_HEAD = re.compile(r"(ENTRY\s+)?%?([\w.\-]+)\s*(.*?)\s*\{\s*\Z")
+_DEFINED = re.compile(r"\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=")
 _ARG_NAME = re.compile(r"%([\w.\-]+)")
 _REF = re.compile(rf"{_STR}|%([\w.\-]+)")
 # Canonical text in one left-to-right pass: a string is kept whole (so nothing inside it is
 # read as metadata or a name); metadata and channel ids (value-neutral) are dropped; names
 # are renamed.
-_TOKEN = re.compile(rf"({_STR})|({_META})|%([\w.\-]+)")
+# Metadata is dropped only where it ends the line (the printer's place for it); anywhere else
+# it may sit inside another attribute's value and stays.
+_TOKEN = re.compile(rf"({_STR})|({_META})(?=\n|\Z)|%([\w.\-]+)")
 _META_RE = re.compile(_META)
 _SPLIT = re.compile(r"%([\w.\-]+)")
 # A channel id's number is value-neutral; whether there is one is kept (it changes what the
@@ -145,13 +150,39 @@ class Fold:
         return "\n".join(lines)
 
 
+def _without_comments(text: str) -> str | None:
+    """The text as the parser reads it, comments blanked (line breaks kept); None when a comment
+    is unterminated (the parser says where). Comments closed on the HloModule or ENTRY header
+    line (``/*index=5*/`` in torch-xla's layouts) are left: the fold copies those lines."""
+    if "/*" not in text and "//" not in text:
+        return text
+    confined = True
+    for m in re.finditer(r"/\*|//", text):
+        start = text.rfind("\n", 0, m.start()) + 1
+        end_of_line = text.find("\n", m.start())
+        end_of_line = len(text) if end_of_line < 0 else end_of_line
+        close = text.find("*/", m.end())
+        if m.group(0) == "//" or not text.startswith(("HloModule", "ENTRY"), start) or '"' in text[start:m.start()] or close < 0 or close > end_of_line or '"' in text[m.start() : close]:
+            confined = False
+            break
+    if confined:
+        return text
+    try:
+        return _strip_comments(text)[0]
+    except _ScanError:
+        return None
+
+
 def _unquote(s: str) -> str:
     return s[1:-1].replace('\\"', '"').replace("\\\\", "\\")
 
 
 def _scan(text: str, op_name: Callable[[str, str], str]) -> _Side | None:
     """The entry's instructions, or None when the text is not in the printer's regular form."""
-    lines = text.split("\n")
+    plain = _without_comments(text)
+    if plain is None:
+        return None
+    lines = plain.split("\n")
     comps: dict[str, tuple[int, int]] = {}
     entry: tuple[int, int] | None = None
     i, n = 0, len(lines)
@@ -180,6 +211,11 @@ def _scan(text: str, op_name: Callable[[str, str], str]) -> _Side | None:
         return None
     head, close = entry
     del comps[next(k for k, v in comps.items() if v == entry)]
+    for first, last in comps.values():
+        for ln in range(first + 1, last):
+            d = _DEFINED.match(lines[ln])
+            if d is not None and d.group(1) in comps:
+                return None  # an instruction named like a computation: names would be ambiguous
     instructions: dict[str, _Ins] = {}
     for ln in range(head + 1, close):
         line = lines[ln]
