@@ -4,6 +4,11 @@
 ARG BASE=python:3.11-slim
 FROM ${BASE}
 
+# TORCH selects where torch comes from: pypi (default; the wheels the tests build, ~8 GB with
+# PyPI's CUDA libraries) or cpu (PyTorch's CPU-only index, no CUDA libraries: a much smaller
+# image for runners without GPUs). The release workflow builds both (.github/workflows/release.yml).
+ARG TORCH=pypi
+
 # PJRT_DEVICE: torch-xla traces on the CPU. The venv keeps the install apart from the base's
 # Python (Debian's refuses pip installs outside a venv) and gives the entry point a fixed path.
 ENV PJRT_DEVICE=CPU \
@@ -26,8 +31,13 @@ RUN set -eux; \
     python3 -c "import ctypes.util as u, sys; sys.exit(u.find_library('python3.11') is None)" \
         || apt-get install -y --no-install-recommends libpython3.11; \
     python3 -m venv /opt/shardproof; \
+    case "$TORCH" in \
+        pypi) ;; \
+        cpu) pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu torch==2.9.0 ;; \
+        *) echo "TORCH must be pypi or cpu, not $TORCH" >&2; exit 1 ;; \
+    esac; \
     pip install --no-cache-dir \
-        torch==2.9.0 torch-xla==2.9.0 egglog==13.2.0 \
+        torch==2.9.0 torch-xla==2.9.0 egglog==13.2.0 jax==0.10.2 jaxlib==0.10.2 \
         PyGithub==2.10.0 docker==7.2.0 PyYAML==6.0.3 Jinja2==3.1.6; \
     find /opt/shardproof -path '*/egglog/bindings*.so' -exec strip --strip-debug {} +; \
     apt-get purge -y --auto-remove binutils; \
@@ -38,7 +48,7 @@ RUN set -eux; \
 COPY . /tmp/shardproof-src
 RUN pip install --no-cache-dir --no-deps /tmp/shardproof-src \
     && rm -rf /tmp/shardproof-src \
-    && python -c "import torch_xla, egglog.bindings, github, docker, shardproof.bot.app" \
+    && python -c "import torch_xla, egglog.bindings, jaxlib, github, docker, shardproof.bot.app" \
     && shardproof --help > /dev/null
 
 # GitHub runs the container with the workspace as working directory and the inputs as

@@ -57,7 +57,7 @@ MAX_ANNOTATIONS = 1000
 MAX_PR_FILES = 3000  # GitHub lists at most this many files of a pull request
 EXIT_BAD_INPUT = 3
 EXIT_ERROR = 4  # the bot stopped, or the verdict could not be recorded on GitHub
-DECIDED = ("verified", "diverged")  # models whose absence of a finding means it is resolved
+DECIDED = ("verified", "diverged", "unproven")  # models whose absence of a finding means it is resolved
 
 _FINDING = re.compile(r"<!-- shardproof:finding fp=([0-9a-f,]*) models=(\S*) -->")
 _REVIEW = re.compile(r"<!-- shardproof:review nonce=(\w+) fps=([0-9a-f,]*) -->")
@@ -158,6 +158,7 @@ class Bot:
         self.status_set = False
         self.links: dict[str, str] = {}
         self._doc: dict[str, Any] | None = None
+        self.internal = False  # running the models crashed (a bug of ours, not the PR's)
 
     # -- entry point ----------------------------------------------------------------------------
 
@@ -184,6 +185,10 @@ class Bot:
             self._set_status(target, "pending", render.message("pending_description"), None)
             run = self._run_models(target)
             state, code = gate(run, self.s.fail_on)
+            if self.internal or any(m.status == "error" for m in run.models):
+                # shardproof crashed (on a model, or running them): status error (gate), and the
+                # job fails with the internal-error code whatever fail-on says about findings.
+                code = EXIT_ERROR
             ctx = self._ctx(target, state)
             description = render.status_description(run, state, ctx)
             self._report(target, run, ctx, state)
@@ -233,7 +238,8 @@ class Bot:
             self.console.error(f"the models could not be run: {reason}")
             return Run([], config=str(self.s.config), error=reason)
         except Exception as e:  # a crashing front end is a verdict of "error", not a bot crash
-            reason = self.redact(f"{type(e).__name__}: {e}")
+            self.internal = True
+            reason = self.redact(f"shardproof crashed (a bug in shardproof, not in this pull request): {type(e).__name__}: {e}")
             self.console.error(f"the models could not be run: {reason}")
             self.console.info(self.redact(traceback.format_exc()))
             return Run([], config=str(self.s.config), error=reason)
@@ -403,6 +409,10 @@ class Bot:
         comments = [{"path": g[0].anchor.path, "line": g[0].anchor.line, "side": "RIGHT", "body": render.inline_comment(g, ctx)} for g in placement.inline if g[0].anchor]
         body = render.review_body(run, placement, ctx, self.nonce)
         event = self.s.review_event
+        if not any(not f.is_gap for f in [*new_inline, *new_body]) and ctx.state == "success":
+            # Only places where the rules stopped on numerically equal programs: a comment,
+            # never a change request that blocks a pull request the gate lets through.
+            event = "COMMENT"
         for _ in range(3):
             try:
                 review = self.api.create_review(pr, target.sha, body, event, comments, self.nonce)
@@ -481,8 +491,8 @@ class Bot:
         if not target.is_pr or self.api is None or self.readonly or self.broken is not None:
             return  # a push gets the commit status only
         output = render.check_output(run, findings, ctx)
-        notes = [render.annotation(f) for f in placement.annotations][:MAX_ANNOTATIONS]
-        conclusion = {"success": "neutral" if run.overall() == "unsupported" else "success", "failure": "failure"}.get(state, "failure")
+        notes = [render.annotation(f, self.s.fail_on) for f in placement.annotations][:MAX_ANNOTATIONS]
+        conclusion = {"success": "neutral" if run.overall() in ("unsupported", "unproven") else "success", "failure": "failure"}.get(state, "failure")
         try:
             check = self.api.create_check_run(self.s.context, target.sha, conclusion, {**output, "annotations": notes[:ANNOTATIONS_PER_REQUEST]}, self.nonce, self.s.run_url)
             self.links["check"] = check.html_url
@@ -496,14 +506,14 @@ class Bot:
 
     def _annotate_locally(self, placement: Placement) -> None:
         for f in placement.annotations[:MAX_ANNOTATIONS]:
-            self.console.command(render.workflow_command(f))
+            self.console.command(render.workflow_command(f, self.s.fail_on))
 
     def _write_files(self, run: Run, findings: list[Finding], ctx: render.Ctx, review: str, summary: str) -> None:
         out = self.s.out
         doc = self._doc or {"version": 1, "config": run.config, "models": [], "error": run.error}
         write_file(out / "result.json", self.redact(json.dumps(doc, indent=2)) + "\n")
         write_file(out / "report.sarif", self.redact(json.dumps(render.sarif(run, findings, ctx, self.version), indent=2)) + "\n")
-        write_file(out / "trace.html", self.redact(render.trace_html(run, findings, ctx)))
+        write_file(out / "trace.html", self.redact(render.trace_html(run, findings, ctx, self.s.workspace)))
         write_file(out / "review.md", self.redact(review))
         write_file(out / "summary.md", self.redact(summary))
 

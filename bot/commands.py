@@ -52,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     g.add_argument("--out", type=Path, help="report directory (default: shardproof-report)")
     g.add_argument("--filter-mode", choices=("added", "diff_context", "file", "nofilter"), help="which findings get inline comments and annotations (default: added)")
     g.add_argument("--review-event", choices=("REQUEST_CHANGES", "COMMENT"), help="the review's event (default: REQUEST_CHANGES)")
-    g.add_argument("--fail-on", choices=("diverged", "unsupported", "never"), help="exit non-zero on: diverged (also build errors; default), unsupported (also unsupported/inconclusive), never")
+    g.add_argument("--fail-on", choices=("diverged", "unsupported", "unproven", "never"), help="status failure and exit non-zero on: diverged (also build and internal errors; default), unsupported (also unsupported/inconclusive models), unproven (every model not verified, including unproven ones the witness found numerically equal), never")
     g.add_argument("--max-comments", type=int, help="inline comments per review (default 30)")
     g.add_argument("--context", help="commit status context and check run name (default: shardproof)")
     g.add_argument("--http-timeout", type=float, default=30.0, help="seconds per GitHub request (default 30)")
@@ -71,7 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     r.add_argument("--sha", help="commit, for links")
     r.add_argument("--server-url", default="https://github.com")
     r.add_argument("--context", default="shardproof")
-    r.add_argument("--fail-on", choices=("diverged", "unsupported", "never"), default="diverged")
+    r.add_argument("--fail-on", choices=("diverged", "unsupported", "unproven", "never"), default="diverged")
     r.set_defaults(func=_report)
 
 

@@ -18,8 +18,12 @@ from typing import Any
 
 from .diff import FILTER_MODES, DiffIndex
 
-STATUSES = ("verified", "diverged", "unsupported", "inconclusive", "build-failed")
-FAIL_ON = ("diverged", "unsupported", "never")
+STATUSES = ("verified", "diverged", "unproven", "unsupported", "inconclusive", "build-failed", "error")  # error: the verifier crashed
+# What fails the gate, from the least to the most strict: diverged (a divergence, or an error);
+# unsupported (also a model the rules cannot decide: unsupported / inconclusive); unproven (every
+# model not verified, including those the witness found numerically equal); never.
+FAIL_ON = ("diverged", "unsupported", "unproven", "never")
+UNDECIDED = ("unsupported", "inconclusive")
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,21 @@ class Model:
     def reason(self) -> str:
         if self.status == "build-failed":
             return str(self.build.get("error") or "the model could not be built")
+        if self.status == "error" and self.error is not None:
+            e = self.error
+            where = " ".join(x for x in (str(e.get("phase") or ""), str(e.get("where") or "")) if x)
+            return (f"{where}: " if where else "") + str(e.get("message") or "internal error")
         return str((self.result or {}).get("reason") or "")
+
+    @property
+    def error(self) -> dict[str, Any] | None:
+        e = (self.result or {}).get("error")
+        return e if isinstance(e, dict) else None
+
+    @property
+    def witness(self) -> dict[str, Any] | None:
+        w = (self.result or {}).get("witness")
+        return w if isinstance(w, dict) else None
 
 
 @dataclass
@@ -64,6 +82,10 @@ class Finding:
     expected: dict[int, dict[str, Any]]  # output index -> the result's outputs[] entry
     bijections: list[dict[str, Any]]
     fingerprint: str = ""
+    witness: dict[str, Any] | None = None  # the model's numeric witness (result["witness"])
+    bijections_all: list[dict[str, Any]] = field(default_factory=list)  # every bijection of the model
+    status: str = ""  # the model's verdict
+    story: Any = None  # explain.Story: the finding in the author's words (set by collect)
     anchor: Frame | None = None  # where an inline comment goes (a commentable line)
     annotate: Frame | None = None  # where a line annotation goes (passes the filter)
     placement: str = "body"  # inline | body
@@ -82,6 +104,13 @@ class Finding:
     @property
     def cause(self) -> str:
         return str(self.divergence.get("cause", ""))
+
+    @property
+    def is_gap(self) -> bool:
+        """Where the rules stopped but the values agree numerically (an unproven model), not a
+        divergence: reported as a note, never as a failing line."""
+        kind = self.divergence.get("kind")
+        return kind == "rule-gap" if kind else self.status == "unproven"
 
 
 @dataclass
@@ -102,14 +131,18 @@ class Run:
         return c
 
     def overall(self) -> str:
-        """The run in one word: error beats diverged beats unsupported beats verified."""
+        """The run in one word: error beats diverged beats unsupported beats verified. A model
+        whose verifier crashed (status ``error``) is an error of the tool, never a pass."""
         c = self.counts
-        if self.error or c["build-failed"]:
+        if self.error or c["build-failed"] or c["error"]:
             return "error"
         if c["diverged"]:
             return "diverged"
         if c["unsupported"] or c["inconclusive"]:
             return "unsupported"
+        # Unproven after unsupported: an unproven model was at least executed and found equal.
+        if c["unproven"]:
+            return "unproven"
         return "verified" if self.models else "error"
 
 
@@ -191,9 +224,13 @@ def _fingerprint_key(model: str, d: dict[str, Any], frame: Frame | None) -> str:
 
 
 def collect(run: Run, workspace: str | None = None) -> list[Finding]:
-    """Every divergence of every model, in a stable order, fingerprinted."""
+    """Every divergence of every model, in a stable order, fingerprinted, told in the author's
+    words (the code comes from the checked-out workspace)."""
+    from .explain import Sources, tell
+
     findings: list[Finding] = []
     maps: dict[str, dict[str, Any]] = {}
+    sources = Sources(workspace)
     for model in run.models:
         res = model.result or {}
         traces = {t.get("output"): t for t in res.get("trace") or []}
@@ -219,7 +256,25 @@ def collect(run: Run, workspace: str | None = None) -> list[Finding]:
                 traces=[traces[i] for i in feeds if i in traces],
                 expected={i: outputs[i] for i in feeds if i in outputs},
                 bijections=[b for b in res.get("bijections") or [] if b.get("distributed") in names],
+                witness=model.witness,
+                bijections_all=list(res.get("bijections") or []),
+                status=model.status,
             ))
+            f = findings[-1]
+
+            def frames_of(name: str, model: Model = model) -> list[tuple[str, int]]:
+                entry = _sourcemap_frames(run, model, maps).get(name)
+                out = []
+                for fr in (entry or {}).get("frames", []) if isinstance(entry, dict) else []:
+                    fp = repo_path(str(fr.get("file") or ""), run.repository_root, workspace)
+                    if fp and int(fr.get("line") or 0) > 0:
+                        out.append((fp, int(fr["line"])))
+                return out
+
+            try:
+                f.story = tell(f, sources, frames_of, lambda file: repo_path(file, run.repository_root, workspace))
+            except Exception:  # a finding without its story still reports its divergence (the tests require stories)
+                f.story = None
     seen: dict[str, int] = {}
     for f in sorted(findings, key=lambda f: (f.model, str(f.source or ""), f.source.line if f.source else 0, f.instruction)):
         key = _fingerprint_key(f.model, f.divergence, f.source)
@@ -256,6 +311,15 @@ def place(findings: Sequence[Finding], diff: DiffIndex | None, mode: str, max_in
         f.comment_url = urls.get(f.fingerprint)
         if not f.frames:
             f.placement, f.why = "body", "no_source"
+            body.append(f)
+            continue
+        if f.is_gap:
+            # Where the rules stopped on a numerically equal program: a note in the body and a
+            # notice annotation, never a change request on a line.
+            f.annotate = f.frames[0] if diff is None else next((fr for fr in f.frames if diff.passes(fr.path, fr.line, mode)), None)
+            if f.annotate:
+                annotations.append(f)
+            f.placement, f.why = "body", "gap"
             body.append(f)
             continue
         if diff is None:
@@ -322,16 +386,21 @@ def gate(run: Run, fail_on: str) -> tuple[str, int]:
     """Commit-status state and exit code.
 
     The state is honest whatever the exit policy: ``error`` when a model (or the runner) could not
-    be built, ``failure`` when a model diverged — or is unsupported/inconclusive and fail-on is
-    ``unsupported``. ``fail-on`` decides the exit code: diverged → 1 on divergence or error;
-    unsupported → also on unsupported/inconclusive; never → 0.
+    be built or shardproof itself failed, ``failure`` when a model diverged — or is
+    unsupported/inconclusive and fail-on is ``unsupported`` or ``unproven``, or is unproven and
+    fail-on is ``unproven``. An unproven model alone keeps the status success by default: the
+    rules stopped, but the witness found the programs numerically equal. ``fail-on`` decides the
+    exit code: diverged → 1 on divergence or error; unsupported → also on unsupported /
+    inconclusive; unproven → on every model that is not verified; never → 0.
     """
     if fail_on not in FAIL_ON:
         raise ValueError(f"unknown fail-on {fail_on!r} (one of {', '.join(FAIL_ON)})")
     overall = run.overall()
+    c = run.counts
+    undecided = any(c[s] for s in UNDECIDED)
     if overall == "error":
         state = "error"
-    elif overall == "diverged" or (overall == "unsupported" and fail_on == "unsupported"):
+    elif overall == "diverged" or (undecided and fail_on in ("unsupported", "unproven")) or (c["unproven"] and fail_on == "unproven"):
         state = "failure"
     else:
         state = "success"

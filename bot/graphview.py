@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 NODE_H = 52
+LINE_H = 14  # each extra line of a node: its module and file:line, its code
+LABEL_CHARS = 40  # a code label longer than this is cut (the tooltip has it whole)
 LAYER_GAP = 34
 H_GAP = 18
 CHAR_W = 6.6  # 11px monospace
@@ -31,6 +33,8 @@ class GNode:
     role: str  # frontier | counterpart | partial | related | unrelated | context
     relation: str = ""  # short text under the node
     tooltip: str = ""
+    where: str = ""  # module path and file:line, from the source map
+    code: str = ""  # the code on that line
     x: float = 0.0
     y: float = 0.0
     w: float = 0.0
@@ -112,8 +116,9 @@ def _layout(panel: Panel, comp: Any, names: list[str]) -> None:
     for g in panel.nodes:
         # The third line's words come from the template: leave room for the longest of them.
         tag = {"frontier": 21, "counterpart": 12}.get(g.role, len(g.relation) + 2)
-        label = max(len(g.name) + 1, len(f"{g.opcode} {g.shape}"), tag)
+        label = max(len(g.name) + 1, len(f"{g.opcode} {g.shape}"), tag, len(g.where), len(g.code))
         g.w = max(96.0, label * CHAR_W + 2 * 10)
+        g.h = NODE_H + LINE_H * (bool(g.where) + bool(g.code))
     y = PAD + 4.0
     for d in sorted(layers):
         row = layers[d]
@@ -129,7 +134,7 @@ def _layout(panel: Panel, comp: Any, names: list[str]) -> None:
             g.x, g.y = x, y
             x += g.w + H_GAP
         panel.width = max(panel.width, x - H_GAP + PAD)
-        y += NODE_H + LAYER_GAP
+        y += max(g.h for g in row) + LAYER_GAP
     panel.height = y - LAYER_GAP + PAD
     # Centre each row under the widest one.
     for row in layers.values():
@@ -150,7 +155,20 @@ def _short(rel: str, n: int = 30) -> str:
     return rel if len(rel) <= n else rel[: n - 1] + "…"
 
 
-def distributed_panel(module: Any, divergence: dict[str, Any], steps: list[dict[str, Any]]) -> Panel:
+Labeler = Any  # Callable[[str], tuple[str, str]]: instruction name -> (where, code)
+
+
+def _label(g: GNode, label: Labeler | None) -> GNode:
+    if label is not None:
+        where, text = label(g.name)
+        g.where = where
+        g.code = text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…"
+        if where or text:
+            g.tooltip += f"\n{where}: {text}" if text else f"\n{where}"
+    return g
+
+
+def distributed_panel(module: Any, divergence: dict[str, Any], steps: list[dict[str, Any]], label: Labeler | None = None) -> Panel:
     comp = _entry(module)
     name = str(divergence.get("instruction", "")).lstrip("%")
     panel = Panel("distributed", name, "frontier")
@@ -175,12 +193,12 @@ def distributed_panel(module: Any, divergence: dict[str, Any], steps: list[dict[
             short = _short(rel.split(" of ")[0])
         else:
             role, short = ("unrelated" if n not in ancestors else "context"), ""
-        panel.nodes.append(GNode(n, ins.opcode, str(ins.shape), role, short, f"%{n} = {ins.shape} {ins.opcode}" + (f"\n{rel}" if rel else "")))
+        panel.nodes.append(_label(GNode(n, ins.opcode, str(ins.shape), role, short, f"%{n} = {ins.shape} {ins.opcode}" + (f"\n{rel}" if rel else "")), label))
     _layout(panel, comp, names)
     return panel
 
 
-def baseline_panel(module: Any, divergence: dict[str, Any]) -> Panel:
+def baseline_panel(module: Any, divergence: dict[str, Any], label: Labeler | None = None) -> Panel:
     comp = _entry(module)
     counterpart = _NAME.search(str(divergence.get("baseline_counterpart") or ""))
     matched: dict[str, str] = {}
@@ -204,7 +222,7 @@ def baseline_panel(module: Any, divergence: dict[str, Any]) -> Panel:
             role, short = "related", _short(matched[n].split(" of ")[0])
         else:
             role, short = "context", ""
-        panel.nodes.append(GNode(n, ins.opcode, str(ins.shape), role, short, f"%{n} = {ins.shape} {ins.opcode}"))
+        panel.nodes.append(_label(GNode(n, ins.opcode, str(ins.shape), role, short, f"%{n} = {ins.shape} {ins.opcode}"), label))
     _layout(panel, comp, names)
     return panel
 
@@ -221,8 +239,10 @@ def _parse(path: Path) -> tuple[Any, str]:
         return None, str(e)
 
 
-def panels(baseline_hlo: Path | None, distributed_hlo: Path | None, divergence: dict[str, Any], steps: list[dict[str, Any]]) -> tuple[Panel, Panel]:
-    """Both pictures for one divergence; a side without its HLO artifact says so instead."""
+def panels(baseline_hlo: Path | None, distributed_hlo: Path | None, divergence: dict[str, Any], steps: list[dict[str, Any]], labels: dict[str, Labeler] | None = None) -> tuple[Panel, Panel]:
+    """Both pictures for one divergence; a side without its HLO artifact says so instead.
+    ``labels[side]`` names an instruction's module, file:line and code (from the source maps)."""
+    labels = labels or {}
 
     def load(path: Path | None, side: str) -> tuple[Any, Panel]:
         if path is None:
@@ -232,6 +252,6 @@ def panels(baseline_hlo: Path | None, distributed_hlo: Path | None, divergence: 
 
     bmod, bmissing = load(baseline_hlo, "baseline")
     dmod, dmissing = load(distributed_hlo, "distributed")
-    b = baseline_panel(bmod, divergence) if bmod else bmissing
-    d = distributed_panel(dmod, divergence, steps) if dmod else dmissing
+    b = baseline_panel(bmod, divergence, labels.get("baseline")) if bmod else bmissing
+    d = distributed_panel(dmod, divergence, steps, labels.get("distributed")) if dmod else dmissing
     return b, d

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from markupsafe import Markup, escape
 
 from .findings import Finding, Frame, Placement, Run, resolve_artifact
 
@@ -111,19 +112,64 @@ def code(text: Any, cell: bool = False) -> str:
     return out.replace("|", "\\|") if cell else out
 
 
-def fenced(text: Any, indent: int = 0) -> str:
+def fenced(text: Any, indent: int = 0, lang: str = "text") -> str:
     """A fenced block that the text cannot close early."""
     s = str(text if text is not None else "").rstrip("\n")
     run = max((len(m) for m in re.findall(r"`{3,}", s)), default=2)
     fence = "`" * (run + 1)
     pad = " " * indent
-    return "\n".join(pad + line if line else line for line in [f"{fence}text", *s.split("\n"), fence])
+    return "\n".join(pad + line if line else line for line in [f"{fence}{lang}", *s.split("\n"), fence])
+
+
+def snippet_block(st: Any, line: int | None) -> str:
+    """The code around the reported line, numbered, the line itself marked."""
+    width = len(str(max(n for n, _ in st.snippet)))
+    rows = [f"{'>' if n == line else ' '} {n:>{width}}  {text}".rstrip() for n, text in st.snippet]
+    return fenced("\n".join(rows), lang=st.language if st.language != "text" else "text")
+
+
+def suggestion_block(new_line: str) -> str:
+    """GitHub's suggested change: the block replaces the commented line with its content."""
+    run = max((len(m) for m in re.findall(r"`{3,}", new_line)), default=2)
+    fence = "`" * (run + 1)
+    return f"{fence}suggestion\n{new_line}\n{fence}"
+
+
+def group_by_line(findings: Sequence[Finding]) -> list[tuple[Finding, int]]:
+    """One entry per (model, source line), with how many more findings share it: a line where
+    the rules stopped at three instructions reads once."""
+    out: list[tuple[Finding, int]] = []
+    seen: dict[tuple[str, str], int] = {}
+    for f in findings:
+        key = (f.model, str(f.source or f.instruction))
+        if key in seen:
+            first, more = out[seen[key]]
+            out[seen[key]] = (first, more + 1)
+        else:
+            seen[key] = len(out)
+            out.append((f, 0))
+    return out
+
+
+def diff_block(old: str, new: str) -> str:
+    return fenced(f"-{old}\n+{new}", lang="diff")
 
 
 def prose(text: Any, cell: bool = False) -> str:
     """Plain words with the instruction names set as code."""
     parts = _NAME.split(str(text if text is not None else ""))
     return "".join(code(p, cell) if k % 2 else md(p) for k, p in enumerate(parts))
+
+
+def html_inline(text: Any) -> Markup:
+    """The story's markdown (code spans, bold) as HTML for trace.html; everything else escaped."""
+    out = []
+    for k, part in enumerate(re.split(r"(`+ ?[^`]+? ?`+)", str(text or ""))):
+        if k % 2:
+            out.append(f"<code>{escape(part.strip('`').strip())}</code>")
+        else:
+            out.append(re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", str(escape(part))))
+    return Markup("".join(out))
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:
@@ -142,7 +188,9 @@ VERDICT_MARK = {
     "diverged": "❌ diverged",
     "unsupported": "⚠️ unsupported",
     "inconclusive": "⚠️ inconclusive",
+    "unproven": "🔶 unproven",
     "build-failed": "💥 build failed",
+    "error": "💥 internal error",
 }
 
 
@@ -158,8 +206,8 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    env.filters.update(md=md, code=code, prose=prose, fenced=fenced, plural=plural, seconds=seconds, verdict=lambda s: VERDICT_MARK.get(s, s), tojson_compact=lambda v: json.dumps(v, separators=(",", ":"), sort_keys=True))
-    env.globals.update(VERDICT_MARK=VERDICT_MARK, code=code, md=md, prose=prose, why_text=lambda f: message("why", f.why, f.why_arg))
+    env.filters.update(html_inline=html_inline, md=md, code=code, prose=prose, fenced=fenced, snippet_block=snippet_block, suggestion_block=suggestion_block, plural=plural, seconds=seconds, verdict=lambda s: VERDICT_MARK.get(s, s), tojson_compact=lambda v: json.dumps(v, separators=(",", ":"), sort_keys=True))
+    env.globals.update(VERDICT_MARK=VERDICT_MARK, code=code, md=md, prose=prose, snippet_block=snippet_block, suggestion_block=suggestion_block, diff_block=diff_block, group_by_line=group_by_line, why_text=lambda f: message("why", f.why, f.why_arg))
     return env
 
 
@@ -320,21 +368,33 @@ def status_description(run: Run, state: str, ctx: Ctx) -> str:
     return text if len(text) <= STATUS_DESCRIPTION_LIMIT else text[: STATUS_DESCRIPTION_LIMIT - 1] + "…"
 
 
-def annotation(f: Finding) -> dict[str, Any]:
-    """A check-run annotation at the finding's filtered line."""
+def _module(f: Finding) -> str | None:
+    return f.story.module if f.story is not None else None
+
+
+def gap_level(fail_on: str) -> str:
+    """How loud a rule gap is: a warning when fail-on unproven gates on it, else a note."""
+    return "warning" if fail_on == "unproven" else "note"
+
+
+def annotation(f: Finding, fail_on: str = "diverged") -> dict[str, Any]:
+    """A check-run annotation at the finding's filtered line: failure for a divergence; for a
+    rule gap (unproven, numerically equal) a notice, or a warning when fail-on is unproven."""
     assert f.annotate is not None
+    level = ("warning" if gap_level(fail_on) == "warning" else "notice") if f.is_gap else "failure"
     return {
         "path": f.annotate.path,
         "start_line": f.annotate.line,
         "end_line": f.annotate.line,
-        "annotation_level": "failure",
-        "title": message("annotation_title", f.model, f.instruction)[:ANNOTATION_TITLE_LIMIT],
+        "annotation_level": level,
+        "title": message("annotation_title", f.model, f.instruction, f.is_gap, _module(f))[:ANNOTATION_TITLE_LIMIT],
         "message": message("annotation_message", f)[:ANNOTATION_MESSAGE_LIMIT],
     }
 
 
-def workflow_command(f: Finding) -> str:
-    """``::error file=,line=,title=::message`` with the runner's escaping (data vs properties)."""
+def workflow_command(f: Finding, fail_on: str = "diverged") -> str:
+    """``::error file=,line=,title=::message`` with the runner's escaping (data vs properties);
+    ``::notice`` (``::warning`` under fail-on unproven) for a rule gap."""
     assert f.annotate is not None
 
     def data(s: str) -> str:
@@ -343,8 +403,9 @@ def workflow_command(f: Finding) -> str:
     def prop(s: str) -> str:
         return data(s).replace(":", "%3A").replace(",", "%2C")
 
-    title = message("annotation_title", f.model, f.instruction)
-    return f"::error file={prop(f.annotate.path)},line={f.annotate.line},title={prop(title)}::{data(message('annotation_message', f))}"
+    title = message("annotation_title", f.model, f.instruction, f.is_gap, _module(f))
+    kind = ("warning" if fail_on == "unproven" else "notice") if f.is_gap else "error"
+    return f"::{kind} file={prop(f.annotate.path)},line={f.annotate.line},title={prop(title)}::{data(message('annotation_message', f))}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -358,17 +419,18 @@ def sarif(run: Run, findings: Sequence[Finding], ctx: Ctx, version: str) -> dict
         if loc is None:
             continue  # code scanning needs a location; the summary still lists it
         res: dict[str, Any] = {
-            "ruleId": "shardproof/divergence",
-            "level": "error",
+            "ruleId": "shardproof/unproven" if f.is_gap else "shardproof/divergence",
+            # A rule gap on a numerically equal program is not an error of the pull request.
+            "level": gap_level(ctx.fail_on) if f.is_gap else "error",
             "message": {"text": message("sarif_message", f)},
             "locations": [{"physicalLocation": {"artifactLocation": {"uri": loc.path, "uriBaseId": "%SRCROOT%"}, "region": {"startLine": loc.line}}}],
             "partialFingerprints": {"shardproofFinding/v1": f.fingerprint},
-            "properties": {"model": f.model, "instruction": f.instruction, "opcode": f.divergence.get("opcode"), "baselineCounterpart": f.divergence.get("baseline_counterpart")},
+            "properties": {"model": f.model, "module": _module(f), "instruction": f.instruction, "opcode": f.divergence.get("opcode"), "baselineCounterpart": f.divergence.get("baseline_counterpart"), "witness": (f.witness or {}).get("status")},
         }
         if len(f.frames) > 1:
             res["relatedLocations"] = [{"id": k, "physicalLocation": {"artifactLocation": {"uri": fr.path, "uriBaseId": "%SRCROOT%"}, "region": {"startLine": fr.line}}, "message": {"text": message("sarif_frame", fr)}} for k, fr in enumerate(f.frames[1:], 1)]
         results.append(res)
-    notes = [{"level": "error" if m.status == "build-failed" else "warning", "message": {"text": f"{m.name}: {m.status}: {m.reason}"}} for m in run.models if m.status in ("build-failed", "unsupported", "inconclusive")]
+    notes = [{"level": "error" if m.status in ("build-failed", "error") else "warning", "message": {"text": f"{m.name}: {m.status}: {m.reason}" + (" (a failure of shardproof, not of the code under review)" if m.status == "error" else "")}} for m in run.models if m.status in ("build-failed", "unsupported", "inconclusive", "error")]
     return {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
@@ -384,6 +446,13 @@ def sarif(run: Run, findings: Sequence[Finding], ctx: Ctx, version: str) -> dict
                     "fullDescription": {"text": message("sarif_rule_full")},
                     "defaultConfiguration": {"level": "error"},
                     "properties": {"tags": ["correctness", "distributed"]},
+                }, {
+                    "id": "shardproof/unproven",
+                    "name": "UnprovenNumericallyEqual",
+                    "shortDescription": {"text": message("sarif_gap_short")},
+                    "fullDescription": {"text": message("sarif_gap_full")},
+                    "defaultConfiguration": {"level": "note"},
+                    "properties": {"tags": ["correctness", "distributed", "rule-gap"]},
                 }],
             }},
             "results": results,
@@ -405,11 +474,15 @@ class Picture:
     steps: list[dict[str, Any]]
 
 
-def trace_html(run: Run, findings: Sequence[Finding], ctx: Ctx) -> str:
+def trace_html(run: Run, findings: Sequence[Finding], ctx: Ctx, workspace: str | None = None) -> str:
     """One self-contained page: the table of models, then per divergence the two graphs side by
-    side with the frontier marked, its bijections and the relation trace of the output."""
+    side with the frontier marked, its bijections and the relation trace of the output. Each
+    node is labelled with its module path, file:line and code where a source map names them
+    (the code read from ``workspace``, the checked-out repository)."""
+    from .explain import Sources
     from .graphview import panels
 
+    sources = Sources(workspace)
     pictures = []
     for f in findings[:MAX_PICTURES]:
         model = next(m for m in run.models if m.name == f.model)
@@ -417,10 +490,49 @@ def trace_html(run: Run, findings: Sequence[Finding], ctx: Ctx) -> str:
         steps = [s for t in f.traces for s in t.get("steps", [])]
         b = _artifact(run, arts, ("baseline_hlo", "baseline"))
         d = _artifact(run, arts, ("distributed_hlo", "distributed"))
-        bp, dp = panels(b, d, f.divergence, steps)
+        bmap = _artifact(run, arts, ("baseline_sourcemap",))
+        if bmap is None and b is not None and (b.parent / "baseline.sourcemap.json").is_file():
+            bmap = b.parent / "baseline.sourcemap.json"  # the front end writes it beside the HLO
+        labels = {"distributed": _labeler(run, _artifact(run, arts, ("sourcemap",)), sources, workspace), "baseline": _labeler(run, bmap, sources, workspace)}
+        bp, dp = panels(b, d, f.divergence, steps, labels)
         pictures.append(Picture(f, bp, dp, steps))
     css = resources.files("shardproof.templates").joinpath("trace.css").read_text()
     return _render("trace.html.j2", run=run, pictures=pictures, ctx=ctx, css=css, headline=headline(run), omitted=max(0, len(findings) - MAX_PICTURES))
+
+
+@cache
+def _sourcemap(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text()).get("instructions", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _labeler(run: Run, path: Path | None, sources: Any, workspace: str | None) -> Callable[[str], tuple[str, str]] | None:
+    """Instruction name -> ("module · file:line", code on that line) from one source map."""
+    if path is None:
+        return None
+    from .explain import call_text, strip_comment
+    from .findings import repo_path
+
+    entries = _sourcemap(path)
+
+    def label(name: str) -> tuple[str, str]:
+        entry = entries.get(name)
+        if not isinstance(entry, dict):
+            return "", ""
+        frames = [f for f in entry.get("frames") or [] if isinstance(f, dict)]
+        module = str(entry.get("module") or "")
+        if not frames:
+            return module, ""
+        file, line = str(frames[0].get("file") or ""), int(frames[0].get("line") or 0)
+        rp = repo_path(file, run.repository_root, workspace)
+        where = " · ".join(x for x in (module, f"{file.rsplit('/', 1)[-1]}:{line}" if line else "") if x)
+        text = (call_text(sources, rp, line) or strip_comment(sources.line(rp, line) or "")) if rp and line else ""
+        return where, text
+
+    return label
 
 
 def _artifact(run: Run, arts: dict[str, str], keys: tuple[str, ...]) -> Path | None:

@@ -7,10 +7,17 @@ import json
 import sys
 from pathlib import Path
 
-from .errors import InputError
+from .errors import EXIT_INTERNAL, InputError, InternalError, internal, phase
 
-EXIT = {"verified": 0, "diverged": 1, "unsupported": 2, "inconclusive": 2}
+EXIT = {"verified": 0, "diverged": 1, "unproven": 2, "unsupported": 2, "inconclusive": 2, "error": EXIT_INTERNAL}
 EXIT_BAD_INPUT = 3
+EXIT_CODES = """exit codes:
+  0  verified        every output has its expected relation (proven by the rules)
+  1  diverged        an output lacks its relation and the divergence is localized
+  2  unproven, unsupported, inconclusive
+                     no proof either way (`run`: also a model that failed to build)
+  3  bad input       a file, flag or configuration is wrong; the message says where
+  4  internal error  shardproof itself crashed: a bug in shardproof, not in your program"""
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -21,34 +28,88 @@ def _check(args: argparse.Namespace) -> int:
     from .relations import load_relations
     from .sourcemap import SourceMap
 
-    t = time.perf_counter()
-    spec = load_relations(args.relations)
-    sm = SourceMap.load(args.sourcemap) if args.sourcemap else None
-    inputs_seconds = time.perf_counter() - t
-    budget = Budget(args.max_iterations, args.timeout, max_nodes=args.max_nodes, partition=not args.no_partition, layer_pattern=args.layer_pattern, progress=True, fold=not args.no_fold)
-    result = check_files(spec, args.baseline, args.distributed, sm, budget)
-    result.timings = {"relations": inputs_seconds, **result.timings}
-    doc = result.to_json()
-    doc["inputs"] = {"baseline": str(args.baseline), "distributed": str(args.distributed), "relations": str(args.relations)}
-    if args.json:
-        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"{result.verdict}: {result.reason}")
-    for d in result.divergences:
-        src = d["source"]
-        where = f"{src['file']}:{src['line']}" if src["file"] else "<no source>"
-        print(f"{where}  {d['instruction']}  {d['cause']}")
-    for u in result.unsupported:
-        print(f"{u['side']}:{u['line']}  %{u['instruction']}  {u['reason']}")
+    inputs = {"baseline": str(args.baseline), "distributed": str(args.distributed), "relations": str(args.relations)}
+    files = list(inputs.values()) + ([str(args.sourcemap)] if args.sourcemap else [])
+    try:
+        t = time.perf_counter()
+        with phase("read", str(args.relations)) as p:
+            spec = load_relations(args.relations)
+            sm = None
+            if args.sourcemap:
+                p.at(str(args.sourcemap))
+                sm = SourceMap.load(args.sourcemap)
+        inputs_seconds = time.perf_counter() - t
+        budget = Budget(args.max_iterations, args.timeout, max_nodes=args.max_nodes, partition=not args.no_partition, layer_pattern=args.layer_pattern, progress=True, fold=not args.no_fold)
+        with phase("verify"):
+            from .witness.pair import WitnessOptions
+
+            result = check_files(spec, args.baseline, args.distributed, sm, budget, witness=args.witness, witness_options=WitnessOptions(memory_mb=args.witness_memory_mb))
+        result.timings = {"relations": inputs_seconds, **result.timings}
+        with phase("report", str(args.json or "the terminal")):
+            doc = result.to_json()
+            doc["inputs"] = inputs
+            if args.json:
+                Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+            lines = [f"{result.verdict}: {result.reason}"]
+            for d in result.divergences:
+                src = d["source"]
+                where = f"{src['file']}:{src['line']}" if src["file"] else f"<no source: {src.get('why', 'unknown')}>"
+                lines.append(f"{where}  {d['instruction']}  {d['cause']}")
+            for u in result.unsupported:
+                lines.append(f"{u['side']}:{u['line']}  %{u['instruction']}  {u['reason']}")
+            if result.witness:
+                wt = result.witness
+                lines.append(f"witness: {wt['status']}: {wt['reason']}" + (f"\n  reproduce: {wt['command']}" if wt["status"] == "confirmed" else ""))
+    except InternalError as e:
+        _record_internal(e, inputs, args.json)
+        print(f"error: {e.explain(files)}", file=sys.stderr)
+        return EXIT_INTERNAL
+    print("\n".join(lines))
+    if result.error and result.error.get("phase") == "witness":
+        print(f"error: {result.error['message']}\n  this is a bug in shardproof's rules, not in your program; please report it with the files named above", file=sys.stderr)
     if args.timings:
         for k, v in result.timings.items():
             print(f"  {k:10s} {v * 1000:8.1f} ms", file=sys.stderr)
     return EXIT[result.verdict]
 
 
+def _record_internal(e: InternalError, inputs: dict[str, str], json_path: Path | None) -> None:
+    """``--json`` still gets a result: verdict ``error`` with the phase, place and message."""
+    if not json_path:
+        return
+    from .analysis.verify import ERROR, Result
+
+    doc = Result(ERROR, reason=str(e), error=e.to_json()).to_json()
+    doc["inputs"] = inputs
+    try:
+        Path(json_path).write_text(json.dumps(doc, indent=2) + "\n")
+    except OSError as oe:
+        print(f"error: cannot write {json_path}: {oe.strerror or oe}", file=sys.stderr)
+
+
+def _witness(args: argparse.Namespace) -> int:
+    """Print the comparison of a pair on XLA's CPU runtime; exit 0 equal, 1 different."""
+    from .analysis.check import read_hlo
+    from .analysis.witnessing import relations_doc
+    from .relations import load_relations
+    from .witness.pair import WitnessOptions, witness
+
+    spec = load_relations(args.relations)
+    texts = [read_hlo(args.baseline), read_hlo(args.distributed)]
+    options = WitnessOptions(seeds=tuple(args.seed or (0, 1, 2)), memory_mb=args.memory_mb, recheck_f64=not args.no_recheck, stop_at_first_difference=False)
+    try:
+        report = witness(*texts, relations_doc(spec), options)
+    except Exception as e:  # XLA refusing the text, or the memory budget: say so, no verdict
+        print(f"error: the witness could not execute the pair: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    print(report.summary())
+    return 0 if report.equal else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="shardproof", description="Prove distributed HLO equivalent to its single-device baseline, or pinpoint where it diverges.")
+    p = argparse.ArgumentParser(prog="shardproof", description="Prove distributed HLO equivalent to its single-device baseline, or pinpoint where it diverges.", epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("check", help="verify one baseline/distributed HLO pair")
+    c = sub.add_parser("check", help="verify one baseline/distributed HLO pair", epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("baseline", type=Path)
     c.add_argument("distributed", type=Path)
     c.add_argument("--relations", required=True, type=Path, help="relations YAML (groups, inputs, outputs)")
@@ -61,7 +122,17 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--no-partition", action="store_true", help="one e-graph for the whole pair instead of one per layer")
     c.add_argument("--no-fold", action="store_true", help="parse every layer instead of folding layers that repeat an earlier one (same verdicts; slower)")
     c.add_argument("--layer-pattern", help="regex whose group 1 is the layer number in op_name (default: layers.N, layers_N, blocks.N, h.N)")
+    c.add_argument("--witness", choices=("auto", "always", "never"), default="auto", help="numeric witness (XLA's CPU runtime executes both programs): auto = on outcomes that are not verified (default), always = verified pairs too (a difference is a soundness error, exit 4), never")
+    c.add_argument("--witness-memory-mb", type=float, default=2048.0, help="the witness executes nothing whose estimated memory (all ranks) exceeds this (default 2048)")
     c.set_defaults(func=_check)
+    w = sub.add_parser("witness", help="execute a pair on XLA's CPU runtime and compare its outputs (the reproducing command of a witness)")
+    w.add_argument("baseline", type=Path)
+    w.add_argument("distributed", type=Path)
+    w.add_argument("--relations", required=True, type=Path, help="relations YAML (groups, inputs, outputs)")
+    w.add_argument("--seed", type=int, action="append", help="random-input seed (repeatable; default 0, 1, 2)")
+    w.add_argument("--memory-mb", type=float, default=float("inf"), help="refuse pairs estimated above this (default: no limit)")
+    w.add_argument("--no-recheck", action="store_true", help="do not recheck differences in f64")
+    w.set_defaults(func=_witness)
     # Later stages of the flow register their own subcommands (build/run: front end;
     # report/github: the bot). Each module exposes register(subparsers); imports stay light.
     import importlib
@@ -86,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except Exception as e:  # a crash outside any phase is still ours, never a verdict (exit 1)
+        print(f"error: {internal(e, args.command).explain()}", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -63,6 +63,9 @@ class Metadata:
     source_file: str = ""
     source_line: int = 0
     stack_frame_id: int = 0
+    # stack_frame_id resolved through the module's StackFrames tables (newer XLA, JAX): (file,
+    # line, function), innermost first. Derived data: not part of equality.
+    frames: tuple[tuple[str, int, str], ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,9 @@ class Instruction:
     tuple_index: int | None = None  # get-tuple-element index
     is_root: bool = False
     loc: Location | None = None
+    # The instruction this one was made from by the normalizer (one part of a split tuple
+    # all-reduce): the source map names the original, so the part reports its source.
+    origin: str | None = None
 
     @property
     def called(self) -> list[str]:

@@ -47,10 +47,33 @@ class Binding:
     int_range: tuple[int, int] | None = None
 
 
+CUSTOM_CALL_KEEPS = ("duplicate", "sharded")
+
+
 @dataclass
 class CustomCallRule:
+    """What a custom-call target is declared to compute (the relations file's custom_calls).
+
+    - ``keeps: [duplicate]``: a deterministic function; identical operands give identical results.
+    - ``keeps: all`` (``identity``): the call returns operand 0 unchanged (a transfer or marker
+      call such as Neuron's AwsNeuronTransferWithStaticRing); it keeps every relation.
+    - ``keeps: [duplicate, sharded]`` with ``reduces: [dims]``: the call works independently
+      along every result dim not in ``reduces`` (a row-wise norm reduces only its last dim), so
+      a block of operand 0 along such a dim gives the same block of the result. Operands with
+      the result's shape are blocked alike; every other operand (a norm's weight) must be
+      identical on all ranks.
+    """
+
     target: str
     keeps: tuple[str, ...]  # relations the call preserves, e.g. ("duplicate",)
+    identity: bool = False
+    reduces: tuple[int, ...] = ()
+
+    def describe(self) -> str:
+        if self.identity:
+            return "keeps: all (the identity on operand 0)"
+        r = f", reduces: {list(self.reduces)}" if "sharded" in self.keeps else ""
+        return f"keeps: {list(self.keeps)}{r}"
 
 
 @dataclass
@@ -125,13 +148,41 @@ def parse_relations(data: Any, path: str = "<relations>") -> RelationSpec:
     if not isinstance(custom_calls, list):
         raise fail("custom_calls", "expected a list of {target: NAME, keeps: [duplicate]}")
     for i, cc in enumerate(custom_calls):
-        if not isinstance(cc, dict) or not isinstance(cc.get("target"), str):
-            raise fail(f"custom_calls[{i}]", "expected {target: NAME, keeps: [duplicate, ...]}")
-        keeps = cc.get("keeps", ["duplicate"])
-        if not isinstance(keeps, list) or any(k not in ("duplicate",) for k in keeps):
-            raise fail(f"custom_calls[{i}].keeps", "expected a list of relations the call preserves: [duplicate]")
-        ccs[cc["target"]] = CustomCallRule(cc["target"], tuple(keeps))
+        rule = _custom_call(cc, f"custom_calls[{i}]", fail)
+        if rule.target in ccs:
+            raise fail(f"custom_calls[{i}].target", f"custom-call target {rule.target!r} is declared twice")
+        ccs[rule.target] = rule
     return RelationSpec(groups, inputs, outputs, ccs, path)
+
+
+def _custom_call(cc: Any, key: str, fail: Any) -> CustomCallRule:
+    """One custom_calls entry; errors name the entry's key, its target and what was expected."""
+    if not isinstance(cc, dict) or not isinstance(cc.get("target"), str) or not cc["target"]:
+        raise fail(key, "expected {target: NAME, keeps: [duplicate] | all | [duplicate, sharded], reduces: [dims]}")
+    target = cc["target"]
+    extra = set(cc) - {"target", "keeps", "reduces", "description"}
+    if extra:
+        raise fail(f"{key}.{sorted(map(str, extra))[0]}", f"unknown key in the entry of custom-call target {target!r}; expected target, keeps, reduces")
+    keeps = cc.get("keeps", ["duplicate"])
+    has_reduces = "reduces" in cc
+    if keeps == "all":
+        if has_reduces:
+            raise fail(f"{key}.reduces", f"custom-call target {target!r} keeps all (the identity on operand 0); 'reduces' only goes with keeps: [duplicate, sharded]")
+        return CustomCallRule(target, ("duplicate", "sharded", "partial"), identity=True)
+    if not isinstance(keeps, list) or any(not isinstance(k, str) or k not in CUSTOM_CALL_KEEPS for k in keeps) or len(set(keeps)) != len(keeps):
+        raise fail(f"{key}.keeps", f"custom-call target {target!r}: expected 'all' or a list of the relations the call preserves, of {', '.join(CUSTOM_CALL_KEEPS)}; got {keeps!r}")
+    if "sharded" in keeps:
+        # A call that maps blocks to blocks computes a function of its operands: it is
+        # deterministic, so it keeps duplicates too (the dup law applies to it either way).
+        if "duplicate" not in keeps:
+            raise fail(f"{key}.keeps", f"custom-call target {target!r}: keeps [sharded] needs duplicate too: [duplicate, sharded]")
+        reduces = cc.get("reduces")
+        if not has_reduces or not isinstance(reduces, list) or any(not isinstance(d, int) or isinstance(d, bool) or d < 0 for d in reduces) or len(set(reduces)) != len(reduces):
+            raise fail(f"{key}.reduces", f"custom-call target {target!r} keeps sharded: expected 'reduces', the list of dims the call reduces or mixes (e.g. [2] for a norm over the last of 3 dims; [] for a pointwise call)")
+        return CustomCallRule(target, tuple(keeps), reduces=tuple(sorted(reduces)))
+    if has_reduces:
+        raise fail(f"{key}.reduces", f"custom-call target {target!r}: 'reduces' only goes with keeps: [duplicate, sharded]")
+    return CustomCallRule(target, tuple(keeps))
 
 
 def _list(data: dict[str, Any], key: str, fail: Any) -> list[Any]:

@@ -2,7 +2,8 @@
 
 ``python tests/render_png.py [OUT_DIR]`` writes trace.png (tests/golden/trace.html) and, through
 the ``marked`` GFM renderer installed by ``make install``, review.png, inline.png and
-summary.png from the golden markdown — default OUT_DIR is ``out/golden-png``. The tests use the
+summary.png from the golden markdown, and inline-<model>.png: each example bug of the fixture as
+its inline comment — default OUT_DIR is ``out/golden-png``. The tests use the
 same functions and also measure the page in the browser (labels inside their boxes, nodes not
 overlapping, both graphs drawn).
 """
@@ -66,7 +67,7 @@ GITHUB_CSS = """
 body { max-width: 900px; margin: 24px auto; padding: 0 24px; color: #1f2328;
        font: 14px/1.5 -apple-system, "Segoe UI", "Noto Sans", Helvetica, Arial, sans-serif; }
 code { font: 12px ui-monospace, "DejaVu Sans Mono", monospace; background: #eff2f5; padding: 1px 4px; border-radius: 4px; }
-pre { background: #f6f8fa; padding: 12px; border-radius: 6px; overflow: auto; } pre code { background: none; }
+pre { background: #f6f8fa; padding: 12px; border-radius: 6px; overflow: auto; } pre code { background: none; padding: 0; }
 table { border-collapse: collapse; display: block; overflow: auto; } th, td { border: 1px solid #d1d9e0; padding: 4px 10px; }
 th { background: #f6f8fa; } blockquote { color: #59636e; border-left: 4px solid #d1d9e0; margin: 0; padding: 0 12px; }
 h2 { border-bottom: 1px solid #d1d9e0; padding-bottom: 6px; } details { margin: 8px 0; } summary { cursor: pointer; }
@@ -127,6 +128,34 @@ def markdown_page(md: Path, out: Path) -> Path:
     return out
 
 
+def bug_comments(out_dir: Path) -> list[Path]:
+    """Each diverging finding of the golden fixture as the inline comment it becomes when the
+    pull request changes its line (missing all-reduce, BSH layout, wrong groups), to PNG."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from shardproof.bot import render
+    from shardproof.bot.diff import DiffIndex
+    from shardproof.bot.findings import collect, load_run_file, place
+
+    run = load_run_file(GOLDEN / "fixture" / "result.json")
+    findings = [f for f in collect(run, str(GOLDEN / "fixture" / "workspace")) if not f.is_gap and f.source]
+    lines: dict[str, list[int]] = {}
+    for f in findings:
+        assert f.source is not None
+        lines.setdefault(f.source.path, []).append(f.source.line)
+    diff = DiffIndex.from_entries([{"filename": p, "status": "modified", "patch": "\n".join(f"@@ -{n - 1},3 +{n - 1},3 @@\n a\n-old\n+new\n c" for n in sorted(ns))} for p, ns in lines.items()])
+    placement = place(findings, diff, "added", 30)
+    ctx = render.Ctx(repo="acme/models", sha="0123456789abcdef0123456789abcdef01234567", server_url="https://github.com", run_url="https://github.com/acme/models/actions/runs/1", state="failure", fail_on="diverged")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pngs = []
+    for group in placement.inline:
+        md = out_dir / f"inline-{group[0].model}.md"
+        md.write_text(render.inline_comment(group, ctx))
+        png = out_dir / f"inline-{group[0].model}.png"
+        screenshot(markdown_page(md, out_dir / f"inline-{group[0].model}.html"), png)
+        pngs.append(png)
+    return pngs
+
+
 def main(out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     w, h = screenshot(GOLDEN / "trace.html", out_dir / "trace.png")
@@ -135,6 +164,9 @@ def main(out_dir: Path) -> None:
         page = markdown_page(GOLDEN / f"{name}.md", out_dir / f"{name}.html")
         w, h = screenshot(page, out_dir / f"{name}.png")
         print(f"{out_dir / (name + '.png')}  {w}x{h}")
+    for png in bug_comments(out_dir):
+        w, h = png_size(png)
+        print(f"{png}  {w}x{h}")
 
 
 if __name__ == "__main__":

@@ -160,3 +160,29 @@ def test_readme_documents_every_input_output_and_example_workflow() -> None:
     blocks = re.findall(r"```yaml\n(.*?)```", section, re.S)
     for wf in WORKFLOWS:
         assert wf.read_text() in blocks, f"{wf.name} is not in the README verbatim"
+
+
+RELEASE = ROOT / ".github" / "workflows" / "release.yml"
+
+
+def test_release_workflow_is_valid_for_github() -> None:
+    done = _run(_tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(RELEASE.relative_to(ROOT)))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_release_workflow_rewrites_the_image_line_action_yml_has() -> None:
+    """The release commit points action.yml at the pushed image by a sed on the exact line; if
+    that line changed here, the rewrite would find nothing (the workflow's grep fails loudly, and
+    so does this test, earlier)."""
+    text = RELEASE.read_text()
+    assert "^  image: Dockerfile" in text and "  image: Dockerfile\n" in (ROOT / "action.yml").read_text()
+    flow = yaml.safe_load(text)
+    builds = flow["jobs"]["image"]["strategy"]["matrix"]["include"]
+    # Every variant it builds is one the Dockerfile's TORCH argument accepts, and the default
+    # variant is the Dockerfile's default (the path the Docker tests build).
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    default = re.search(r"^ARG TORCH=(\w+)$", dockerfile, re.M)
+    assert default and {b["torch"] for b in builds} == {default.group(1), "cpu"}
+    for b in builds:
+        assert re.search(rf"^\s+{b['torch']}\)", dockerfile, re.M), b
+    assert flow["jobs"]["action"]["needs"] == "image" and flow["jobs"]["image"]["permissions"]["packages"] == "write"

@@ -24,7 +24,7 @@ def test_report_renders_everything_from_a_result_file(tmp_path: Path, capsys: py
     assert {p.name for p in out.iterdir()} == {"result.json", "review.md", "summary.md", "check.md", "report.sarif", "trace.html"}
     assert json.loads((out / "report.sarif").read_text())["version"] == "2.1.0"
     assert "<svg" in (out / "trace.html").read_text()
-    assert capsys.readouterr().out.startswith("error: 1 of 6 models could not be built; 3 diverged")
+    assert capsys.readouterr().out.startswith("error: shardproof crashed on 1 of 8 models")
 
 
 def test_report_refuses_a_missing_file(tmp_path: Path) -> None:

@@ -148,7 +148,7 @@ def assert_nothing_lost_or_duplicated(fake: FakeGitHub, o: sc.Outcome, base: Bas
     for model, instruction in _divergences(_doc()):
         assert any(f"`{model}`" in t and f"`{instruction}`" in t for t in posted), f"{model} {instruction} lost"
         assert f"`{model}`" in summary["body"] and f"`{instruction}`" in summary["body"]
-    assert f"`{ELSEWHERE}`**:" in review["body"]  # the out-of-diff one, in the body
+    assert f"❌ diverges: `{ELSEWHERE}`" in review["body"]  # the out-of-diff one, in the body
     # Retries bounded.
     fired = sum(f.fired for f in fake.faults)
     assert len(fake.log) <= base.requests + 2 * fired, [(r.method, r.path, r.status, r.fault) for r in fake.log]

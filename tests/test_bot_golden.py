@@ -21,7 +21,8 @@ SHA = "0123456789abcdef0123456789abcdef01234567"
 
 def renderings() -> dict[str, str]:
     run = load_run_file(GOLDEN / "fixture" / "result.json")
-    findings = collect(run)
+    # The checked-out repository as the bot sees it: frozen copies of the files findings quote.
+    findings = collect(run, str(GOLDEN / "fixture" / "workspace"))
     # The pull request adds the line of the missing all-reduce; the other bugs are elsewhere.
     src = next(f.source for f in findings if f.model == "bug_missing_allreduce")
     assert src is not None
@@ -37,7 +38,7 @@ def renderings() -> dict[str, str]:
         "summary.md": render.summary_body(run, findings, ctx, resolved),
         "check.md": f"# {check['title']}\n\n{check['summary']}\n---\n\n{check['text']}",
         "report.sarif": json.dumps(render.sarif(run, findings, ctx, "0.1.0"), indent=2) + "\n",
-        "trace.html": render.trace_html(run, findings, ctx),
+        "trace.html": render.trace_html(run, findings, ctx, str(GOLDEN / "fixture" / "workspace")),
     }
 
 
@@ -68,3 +69,65 @@ def test_the_review_says_what_the_issue_asks_for() -> None:
     assert "llama_tp8" in review and "MegaBlocksGMM" in review
     # Summary: the per-model table and the resolved finding.
     assert "| `moe_experts` | ⚠️ unsupported |" in summary and "Resolved since the last run (1)" in summary
+
+
+def test_each_example_bug_reads_as_code_module_cause_fix_and_witness() -> None:
+    """The three example bugs (missing all-reduce, BSH layout, wrong groups) in the author's
+    words: the code around the line, the cause naming the operand by its own line, a fix, the
+    witness; a one-line suggestion where the fix is one (layout, literal groups), none where not."""
+    run = load_run_file(GOLDEN / "fixture" / "result.json")
+    by_model = {f.model: f for f in collect(run, str(GOLDEN / "fixture" / "workspace"))}
+    for name in ("bug_missing_allreduce", "bug_bsh_layout", "bug_wrong_groups"):
+        st = by_model[name].story
+        assert st is not None and not by_model[name].is_gap, name
+        assert any(f"BUG-SITE: {name}" in text for _, text in st.snippet), name
+        assert st.cause and st.fix and st.witness.startswith("**confirmed**"), name
+        assert st.reproduce and "--witness always" in st.reproduce
+    miss = by_model["bug_missing_allreduce"].story
+    assert "the output of `F.linear(...)` at `models.py:" in miss.cause and "partial sum" in miss.cause
+    assert "all-reduce it (sum) over the tensor-parallel group `[[0, 1, 2, 3]]`" in miss.fix and miss.suggestion is None
+    bsh = by_model["bug_bsh_layout"].story
+    assert bsh.suggestion is not None and bsh.suggestion.strip().startswith("out = attn.reshape(s, b, h).permute(1, 0, 2)")
+    groups = by_model["bug_wrong_groups"].story
+    assert groups.suggestion is not None and "[[0, 1, 2, 3]]" in groups.suggestion and "[[0, 1], [2, 3]]" in (groups.original or "")
+    # The suggestion block only where the comment sits on the line it rewrites.
+    assert "```suggestion" not in RENDERED["inline.md"] and "```suggestion" not in RENDERED["review.md"]
+    # The unproven model: its places are notes in the body, with the witness's count.
+    gaps = [f for f in by_model.values() if f.is_gap]
+    assert "### Not proven (3)" in RENDERED["review.md"] and "numerically equal on 3 random inputs at these shapes" in RENDERED["review.md"]
+    assert all(f.placement == "body" for f in gaps) or not gaps
+
+
+def test_unproven_passes_the_gate_unless_fail_on_unproven() -> None:
+    from shardproof.bot.findings import Run, gate
+
+    run = load_run_file(GOLDEN / "fixture" / "result.json")
+    unproven = Run([m for m in run.models if m.name in ("mlp_tp4", "fused_block_pad")], base_dir=run.base_dir)
+    assert unproven.overall() == "unproven"
+    assert gate(unproven, "diverged") == ("success", 0) and gate(unproven, "unsupported") == ("success", 0)
+    assert gate(unproven, "unproven") == ("failure", 1)
+    findings = collect(unproven, str(GOLDEN / "fixture" / "workspace"))
+    place(findings, None, "nofilter", 30)
+    for fail_on, level in (("diverged", "note"), ("unproven", "warning")):
+        ctx = render.Ctx(fail_on=fail_on)
+        results = render.sarif(unproven, findings, ctx, "0")["runs"][0]["results"]
+        assert results and {r["level"] for r in results} == {level} and {r["ruleId"] for r in results} == {"shardproof/unproven"}
+        assert {render.annotation(f, fail_on)["annotation_level"] for f in findings} == {"notice" if level == "note" else "warning"}
+    errored = Run([m for m in run.models if m.name in ("mlp_tp4", "train_step_tp4")])
+    assert gate(errored, "never")[0] == "error" and "not in this pull request" in render.headline(errored)
+
+
+def test_a_suggestion_block_only_on_the_line_it_rewrites() -> None:
+    """Inline on the BSH layout line: a ```suggestion with the reshape the bijection determines,
+    in the author's own names; inline on the missing all-reduce: none (no one-line change)."""
+    run = load_run_file(GOLDEN / "fixture" / "result.json")
+    findings = [f for f in collect(run, str(GOLDEN / "fixture" / "workspace")) if f.model in ("bug_bsh_layout", "bug_missing_allreduce")]
+    lines = sorted({f.source.line for f in findings if f.source})
+    hunks = "\n".join(f"@@ -{n - 1},3 +{n - 1},3 @@\n a\n-old\n+new\n c" for n in lines)
+    diff = DiffIndex.from_entries([{"filename": "tests/pairs/models.py", "status": "modified", "patch": hunks}])
+    placement = place(findings, diff, "added", 30)
+    ctx = render.Ctx(repo="acme/models", sha=SHA, server_url="https://github.com")
+    bodies = {g[0].model: render.inline_comment(g, ctx) for g in placement.inline}
+    assert set(bodies) == {"bug_bsh_layout", "bug_missing_allreduce"}
+    assert "```suggestion\n        out = attn.reshape(s, b, h).permute(1, 0, 2)  # BUG-SITE: bug_bsh_layout\n```" in bodies["bug_bsh_layout"]
+    assert "```suggestion" not in bodies["bug_missing_allreduce"]

@@ -14,8 +14,10 @@ GOLDEN = Path(__file__).parent / "golden"
 
 def test_trace_html_renders_and_reads_well(tmp_path: Path) -> None:
     m = rp.measure(GOLDEN / "trace.html")
-    assert m["svgs"] == 6  # three divergences, baseline and distributed side by side
-    assert m["frontiers"] == 3 and m["counterparts"] == 2  # wrong_groups has no counterpart
+    # Three divergences and the three places the rules stopped in the unproven model, baseline
+    # and distributed side by side.
+    assert m["svgs"] == 12
+    assert m["frontiers"] == 6 and m["counterparts"] == 5  # wrong_groups has no counterpart
     assert m["nodes"] >= 20
     assert m["overflow"] == [] and m["overlaps"] == [] and m["clipped"] == [] and m["panels_overlap"] == 0
     w, h = rp.screenshot(GOLDEN / "trace.html", tmp_path / "trace.png")

@@ -79,7 +79,11 @@ def test_soundness_regression_is_not_verified(case: Path) -> None:
 
 @pytest.mark.parametrize("case", [p.values[0] for p in _regressions()], ids=lambda d: d.name)
 def test_soundness_regression_differs_numerically(case: Path) -> None:
-    # The reproduction stays meaningful only while the programs really differ.
+    # The reproduction stays meaningful only while the programs really differ. A pair whose
+    # texts cannot be executed meaningfully (elided constants) says why in ``numeric:``.
+    meta = yaml.safe_load((case / "expect.yaml").read_text()) if (case / "expect.yaml").is_file() else {}
+    if meta.get("numeric"):
+        pytest.skip(str(meta["numeric"]))
     oracle = pytest.importorskip("oracle")
     relations = yaml.safe_load((case / "relations.yaml").read_text())
     base, dist = (case / "baseline.hlo").read_text(), (case / "distributed.hlo").read_text()

@@ -32,7 +32,7 @@ class Facts:
 
 
 def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
-    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "inrange"])
+    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "inrange", "argpair", "argix", "extof", "gext", "gix", "athas", "argcand"])
     cls_of_value: dict[object, int] = {}
     classes: dict[int, int] = {}
     members: dict[int, list[int]] = {}
@@ -96,6 +96,22 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
         # Only sums over blocks of a sharded tensor relate to the baseline (x is the baseline).
         blocks = [str(e) for e in range(int(n)) if int(mask) >> e & 1]  # type: ignore[call-overload]
         add(x, z, f"sum of local blocks {{{','.join(blocks)}}} of {n} along dim {d}")
+    # Intermediates of the vocab-parallel argmax (rules/argreduce.egg) count as related for
+    # localization; only the all-reduce(min) that discharges them relates to the baseline.
+    for xp, _x, d, op, n in tables["argpair"]:
+        add_dist_only(xp, f"(arg{op}, index) of the rank's values along dim {d} ({n} of them)", "argreduce/argpair")
+    for xp, _x, d, op in tables["extof"]:
+        add_dist_only(xp, f"{op} of the rank's values along dim {d}", "argreduce/extreme")
+    for xp, _x, d, op, n, _t in tables["argix"]:
+        add_dist_only(xp, f"arg{op} along dim {d} within the rank's {n} values", "argreduce/local-index")
+    for xp, _x, d, op in tables["gext"]:
+        add_dist_only(xp, f"{op} along dim {d} over all ranks", "argreduce/global-extreme")
+    for xp, _x, d, op, n, _t in tables["gix"]:
+        add_dist_only(xp, f"index of the rank's {op} along dim {d} in all {n} values (rank offset added)", "argreduce/global-index")
+    for xp, _x, d, op in tables["athas"]:
+        add_dist_only(xp, f"whether the rank holds the {op} along dim {d}", "argreduce/holds-extreme")
+    for xp, _x, d, op, _n, _t in tables["argcand"]:
+        add_dist_only(xp, f"the rank's candidate for arg{op} along dim {d} (min over ranks)", "argreduce/candidate")
     for name in ("shifted", "below0", "abovew", "outside", "clamped", "vgather", "vmask"):
         for ids, xp, w in tables[name]:
             add(ids, xp, f"{name}(w={w})")

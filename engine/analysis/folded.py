@@ -63,7 +63,12 @@ def seeds(fl: FoldedLayer, g: Graphs, bound: list[tuple[Binding, Instruction | N
     out.extend(f";rank-parameter @D{j}@" for name, j in d_names.items() if name in rank_params)
     out.extend(f";token-parameter @D{j}@" for name, j in d_names.items() if name in tokens)
     for b, bp, dp in bound:
-        if bp is None or bp.name not in b_names or dp.name not in d_names:
+        if dp.name not in d_names:
+            continue
+        if bp is None or bp.name not in b_names:
+            # Only the distributed side is read here: its integer range still holds.
+            if b.int_range is not None and b.relation.kind != "partial":  # a partial's range bounds the baseline
+                out.append(f"(inrange (N @D{d_names[dp.name]}@) {int(b.int_range[0])} {int(b.int_range[1])})")
             continue
         out.extend(binding_seeds(b, f"@B{b_names[bp.name]}@", f"@D{d_names[dp.name]}@"))
     for dg, j in d_pos.items():

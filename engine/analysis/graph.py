@@ -7,8 +7,11 @@ both graphs and every fact can name either side.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 
+from ..hlo.literals import FLOAT_MAX, int_range, is_int_value, scalar_value
+from ..hlo.parser import literal_is_elided
 from ..ir import Computation, Instruction, Module, Shape
 from ..relations import RelationSpec
 from .ops import (
@@ -19,10 +22,13 @@ from .ops import (
     TERNARY_POINTWISE,
     UNARY_POINTWISE,
 )
+from .ranges import Ranges, fits_int
 from .signature import Sig, make_sig
-from .tables import GroupTables, Tables
+from .tables import GroupTables, Tables, custom_call_problem
 
 POINTWISE = UNARY_POINTWISE | BINARY_POINTWISE | TERNARY_POINTWISE
+
+I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1  # the range of egglog's i64 column
 
 MIRROR = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "EQ": "EQ", "NE": "NE"}
 
@@ -55,6 +61,7 @@ class Graphs:
     rows: dict[str, list[tuple[object, ...]]] = field(default_factory=dict)
     tables: Tables | None = None
     unsupported: list[Unsupported] = field(default_factory=list)
+    ranges: dict[int, Ranges] = field(default_factory=dict)  # value ranges per module (id)
 
     def node(self, side: str, name: str) -> Node:
         return self.nodes[self.by_name[(side, name)]]
@@ -70,7 +77,13 @@ def _groups_ok(ins: Instruction, spec: RelationSpec) -> bool:
     return [list(g) for g in groups] == [list(g) for g in spec.groups]
 
 
-def _literal_key(ins: Instruction) -> str:
+def _literal_key(ins: Instruction, gid: int) -> str:
+    """The literal term's key: equal keys are one value in both graphs. An elided literal
+    (``{...}``) is an unknown value, so its key is its own node's: equal to no other literal,
+    not even another elided one of the same shape (two different tables would otherwise be
+    one; found by review: x * cos(arange(0, 16) * 0.1) against arange(1, 17) verified)."""
+    if literal_is_elided(ins.literal):
+        return f"const|{ins.shape.dtype}[{'x'.join(map(str, ins.shape.dims))}]|elided#{gid}"
     lit = " ".join((ins.literal or "").split())
     if len(lit) > 200:
         lit = "sha1:" + hashlib.sha1(lit.encode()).hexdigest()
@@ -84,6 +97,7 @@ ROW_TABLES = (
     "onelit", "fillop", "mulop", "addop", "prednefalse", "dotop", "sliceblock", "intconv",
     "reshapeback", "transposeback", "itof", "ftoi", "fdivop", "floorop", "onelem", "intdiv",
     "litfint", "gatherpick", "repeatbc", "mergenext", "unitbcast", "keepsvals",
+    "argred", "iotadim", "gteidx", "intwidento", "redone", "cmpeq", "affmove", "unitdim",
 )  # fmt: skip
 
 
@@ -166,11 +180,14 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
                 if bkey is not None:
                     rows["unitbcast"].append((key, bkey))
             _rank_tables(rows, side, node, sig, opnd_shapes, g, spec.c)
+            _arg_tables(rows, node, sig, opnd_shapes, module)
+            if ins.opcode == "custom-call" and ins.parsed.get("custom_call_target") in spec.custom_calls:
+                tables.custom_call(sig, spec.custom_calls[ins.parsed["custom_call_target"]], side == "baseline")
             if side == "baseline":
-                init = None
+                init: list[str] = []
                 if ins.opcode == "reduce" and len(operands) == 2:
                     init_ins = g.nodes[operands[1]].ins
-                    init = init_ins.literal if init_ins.opcode == "constant" else None
+                    init = _identity_of(init_ins, _scalar_value(init_ins))
                 tables.baseline(sig, ins, init, block_specs)
                 if groups.factors:
                     groups.baseline(sig, ins, [d for _, d in sig.ins], sig.out[1])
@@ -181,7 +198,7 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
     _mask_tables(rows, g)
     _round_trip_rows(rows, g)
     rows.update({k: sorted(v, key=repr) for k, v in tables.rows.items()})
-    for k in ("keepsvals", "itof", "ftoi", "fdivop", "floorop", "onelem", "intdiv", "litfint", "repeatbc", "mergenext", "intconv", "sliceblock", "fillop", "mulop", "addop", "prednefalse", "identlit", "litint", "zerolit", "intop", "intwiden", "cmpop", "orop", "boolconv", "selectop", "scalarbcast", "layoutop", "ew", "commutative"):
+    for k in ("argred", "iotadim", "gteidx", "intwidento", "redone", "cmpeq", "affmove", "unitdim", "keepsvals", "itof", "ftoi", "fdivop", "floorop", "onelem", "intdiv", "litfint", "repeatbc", "mergenext", "intconv", "sliceblock", "fillop", "mulop", "addop", "prednefalse", "identlit", "litint", "zerolit", "intop", "intwiden", "cmpop", "orop", "boolconv", "selectop", "scalarbcast", "layoutop", "ew", "commutative"):
         rows[k] = sorted(set(rows[k]), key=repr)
     g.rows = rows
     return g
@@ -215,7 +232,7 @@ def _round_trip_rows(rows: dict[str, list[tuple[object, ...]]], g: Graphs) -> No
 def _literal_rows(rows: dict[str, list[tuple[object, ...]]], gid: int, ins: Instruction) -> None:
     """A constant is a literal term shared by both graphs, plus what its value is an identity,
     zero, one, false or integer for."""
-    lkey = _literal_key(ins)
+    lkey = _literal_key(ins, gid)
     rows["litrow"].append((gid, lkey))
     value = _scalar_value(ins)
     for op in _identity_of(ins, value):
@@ -227,10 +244,12 @@ def _literal_rows(rows: dict[str, list[tuple[object, ...]]], gid: int, ins: Inst
             rows["zerolit"].append((lkey,))
         if value == 1:
             rows["onelit"].append((lkey,))
-        if ins.shape.dtype[0] in "su" and value == int(value):
-            rows["litint"].append((lkey, int(value)))
+        # egglog's int column is i64: a u64 beyond it stays an opaque literal (no rule
+        # computes with it; it is still the same value on every rank).
+        if ins.shape.dtype in INT_BITS and is_int_value(value) and I64_MIN <= value <= I64_MAX:
+            rows["litint"].append((lkey, value))
         p = FLOAT_PRECISION.get(ins.shape.dtype)
-        if p is not None and abs(value) <= 2.0**p and value == int(value):
+        if p is not None and math.isfinite(value) and abs(value) <= 2.0**p and value == int(value):
             rows["litfint"].append((lkey, int(value)))
 
 
@@ -283,23 +302,33 @@ def _check_supported(g: Graphs, side: str, ins: Instruction, module: Module) -> 
     if ins.opcode not in KNOWN:
         unsupported(f"opcode '{ins.opcode}' has no rules")
         return
-    if ins.shape.is_tuple and ins.opcode not in ("tuple", "sort"):
-        unsupported("tuple-shaped results are only understood for tuple, sort and split all-reduces")
+    callee = ins.parsed.get("to_apply")
+    called = module.computations.get(callee) if isinstance(callee, str) else None
+    if called is not None and any(literal_is_elided(c.literal) for c in called.instructions if c.opcode == "constant"):
+        # Reducers and comparators are compared by their body text, where two elided
+        # literals would read the same.
+        unsupported(f"the computation %{callee} it calls has a constant printed as {{...}}, its values left out of the text. {ELIDED_HINT}")
+    if ins.shape.is_tuple and ins.opcode not in ("tuple", "sort") and arg_reducer(module, ins) is None:
+        unsupported("tuple-shaped results are only understood for tuple, sort, split all-reduces and argmax/argmin reduces")
     reducer = ins.parsed.get("reducer")
     if isinstance(reducer, str) and reducer.startswith("body:") and ins.opcode != "reduce":
         unsupported(f"{ins.opcode} with a reducer that is not a plain add/max/min/mul/and/or")
     if ins.opcode == "convert" and ins.operands and ins.shape.dtype in INT_BITS:
         src = module.entry.get(ins.operands[0])
-        if src is not None and src.shape.dtype not in INT_BITS and src.shape.dtype != "pred" and not _fits_int(module, src, ins.shape.dtype):
+        if src is not None and src.shape.dtype not in INT_BITS and src.shape.dtype != "pred" and not _fits_int(g, module, src, ins.shape.dtype):
             # Out-of-range float->int converts are implementation-defined: XLA:CPU gives
             # different answers for the same value in differently shaped (vectorized) programs.
-            # Exception: values provably in range (see _float_bound), such as torch's
-            # floor(float(rank) / k) for a rank-selected index.
+            # Exception: values provably in range (analysis.ranges), such as torch's
+            # floor(float(rank) / k) for a rank-selected index or a clamped bucket position.
             unsupported(f"convert {src.shape.dtype}->{ins.shape.dtype} is implementation-defined for out-of-range values")
     if ins.opcode == "custom-call":
         target = ins.parsed.get("custom_call_target", "")
         if target not in g.spec.custom_calls:
             unsupported(f"custom-call target '{target}' is not declared in the relations file (custom_calls)")
+        else:
+            problem = custom_call_problem(g.spec.custom_calls[target], (ins.shape.dtype, tuple(ins.shape.dims)), [(o.shape.dtype, tuple(o.shape.dims)) for o in (module.entry.get(x) for x in ins.operands) if o is not None])
+            if problem:
+                unsupported(problem)
     if ins.opcode == "scatter":
         unsupported("scatter has no rules yet")
     if ins.opcode in COLLECTIVES and side == "baseline":
@@ -310,73 +339,17 @@ def _check_supported(g: Graphs, side: str, ins: Instruction, module: Module) -> 
         unsupported(f"{ins.opcode} with {len(ins.operands)} operands")
 
 
-FLOAT_MAX = {"f16": 65504.0, "bf16": 3.38953139e38, "f32": 3.40282347e38, "f64": 1.7976931348623157e308}
 # Significand precision: every integer of magnitude <= 2**p is exactly representable.
 FLOAT_PRECISION = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
 
 
-def _fits_int(module: Module, src: Instruction, dtype: str) -> bool:
-    """Every value ``src`` (a float) can hold converts to the signed int ``dtype`` in range."""
-    bound = _float_bound(module, src, 8)
-    return bound is not None and dtype[0] == "s" and bound < 2.0 ** (INT_BITS[dtype] - 1) - 1
-
-
-def _float_bound(module: Module, ins: Instruction, depth: int) -> float | None:
-    """An upper bound on |value| of float ``ins`` that holds for every input, or None. Only a
-    few forms: int->float converts (bounded by the int type, unless the float type overflows),
-    finite scalar literals, division by a nonzero literal, floor/ceil (+1), and the value-
-    preserving reshape/broadcast/copy. NaN cannot arise in these forms."""
-    dtype = ins.shape.dtype
-    if dtype not in FLOAT_MAX or depth <= 0:
-        return None
-    if ins.opcode == "constant":
-        v = _scalar_value(ins)
-        return abs(v) if v is not None and abs(v) <= FLOAT_MAX[dtype] else None
-    src = [module.entry.get(o) for o in ins.operands]
-    if any(o is None for o in src) or not src:
-        return None
-    a = src[0]
-    assert a is not None
-    if ins.opcode == "convert":
-        if a.shape.dtype in INT_BITS:
-            bits = INT_BITS[a.shape.dtype]
-            bound = 2.0 ** (bits - 1 if a.shape.dtype[0] == "s" else bits)
-            return bound if bound <= FLOAT_MAX[dtype] else None
-        if a.shape.dtype in FLOAT_MAX:
-            inner = _float_bound(module, a, depth - 1)
-            return inner * (1 + 2.0**-7) if inner is not None and inner * 2 <= FLOAT_MAX[dtype] else None
-        return None
-    if ins.opcode in ("reshape", "broadcast", "copy"):
-        return _float_bound(module, a, depth - 1)
-    if ins.opcode in ("floor", "ceil"):
-        inner = _float_bound(module, a, depth - 1)
-        return inner + 1 if inner is not None else None
-    if ins.opcode == "divide" and len(src) == 2:
-        b = src[1]
-        assert b is not None
-        num = _float_bound(module, a, depth - 1)
-        den = _literal_scalar(module, b, 4)
-        if num is None or den is None or abs(den) < 1:
-            return None
-        return num / abs(den) * (1 + 2.0**-7)
-    return None
-
-
-def _literal_scalar(module: Module, ins: Instruction, depth: int) -> float | None:
-    """The one value of a constant scalar, seen through converts and broadcasts of it."""
-    if ins.opcode == "constant":
-        return _scalar_value(ins)
-    if depth <= 0 or ins.opcode not in ("convert", "broadcast", "reshape", "copy") or len(ins.operands) != 1:
-        return None
-    src = module.entry.get(ins.operands[0])
-    if src is None or (ins.opcode == "broadcast" and src.shape.dims != ()):
-        return None
-    v = _literal_scalar(module, src, depth - 1)
-    if v is None or ins.opcode != "convert":
-        return v
-    # Only converts that keep the value: an int literal into a float type that holds it exactly.
-    exact = src.shape.dtype in INT_BITS and ins.shape.dtype in FLOAT_PRECISION and abs(v) <= 2.0 ** FLOAT_PRECISION[ins.shape.dtype]
-    return v if exact else None
+def _fits_int(g: Graphs, module: Module, src: Instruction, dtype: str) -> bool:
+    """Every value ``src`` (a float) can hold converts to the int ``dtype`` in range (the value
+    range analysis of analysis.ranges, one memo per module)."""
+    ranges = g.ranges.get(id(module))
+    if ranges is None or ranges.module is not module:
+        ranges = g.ranges[id(module)] = Ranges(module)
+    return fits_int(ranges, src, dtype)
 
 
 def shape_of(s: Shape) -> str:
@@ -402,37 +375,39 @@ def _slice_blocks(key: str, ins: Instruction, src: tuple[int, ...]) -> list[tupl
     return [(key, d, start // size, size, src[d] // size)]
 
 
-def _scalar_value(ins: Instruction) -> float | None:
-    if ins.shape.dims != () or ins.literal is None:
+def _scalar_value(ins: Instruction) -> int | float | None:
+    """The exact value of a scalar int or float constant (hlo.literals): an int of its type,
+    or the float of its type as a double. None for pred, opaque types and non-scalars."""
+    if ins.opcode != "constant" or ins.shape.dims != () or ins.shape.is_tuple:
         return None
-    text = ins.literal.strip().strip("{}").strip()
-    if text in ("true", "false"):
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        return None
+    v = scalar_value(ins.shape.dtype, ins.literal)
+    return None if isinstance(v, bool) else v
 
 
-LOWEST_FINITE = {"f32": 3.40282347e38, "bf16": 3.38953139e38, "f16": 65504.0, "f64": 1.7976931348623157e308}
-
-
-def _identity_of(ins: Instruction, value: float | None) -> list[str]:
-    """Reducers this scalar literal is an identity of. The lowest finite value counts for max
-    (and the highest for min): torch lowers amax with it, and it is the identity on finite
-    inputs."""
+def _identity_of(ins: Instruction, value: int | float | None) -> list[str]:
+    """Reducers this scalar literal is an identity of, compared exactly. For floats the lowest
+    finite value counts for max (and the highest for min): torch lowers amax with it, and it is
+    the identity on finite inputs. For ints the type's minimum is the identity of max and its
+    maximum that of min (torch's amin/amax on s64 start from them)."""
     if value is None or ins.shape.dims != ():
         return []
+    dtype = ins.shape.dtype
     out = []
     if value == 0:
         out.append("add")
     if value == 1:
         out.append("mul")
-    lowest = LOWEST_FINITE.get(ins.shape.dtype)
-    if value == float("-inf") or (lowest is not None and value <= -lowest * (1 - 1e-7)):
-        out.append("max")
-    if value == float("inf") or (lowest is not None and value >= lowest * (1 - 1e-7)):
-        out.append("min")
+    if dtype in INT_BITS:
+        lo, hi = int_range(dtype)
+        if value == lo:
+            out.append("max")
+        if value == hi:
+            out.append("min")
+    elif dtype in FLOAT_MAX:
+        if value == -math.inf or value == -FLOAT_MAX[dtype]:
+            out.append("max")
+        if value == math.inf or value == FLOAT_MAX[dtype]:
+            out.append("min")
     return out
 
 
@@ -615,3 +590,132 @@ def _mask_tables(rows: dict[str, list[tuple[object, ...]]], g: Graphs) -> None:
         for n in bcasts:
             if n.ins.shape.dims == gather.ins.shape.dims and list(n.ins.parsed.get("dimensions", [])) == batch:
                 rows["maskfor"].append((n.sig.key(), kp))  # type: ignore[union-attr]
+
+
+# ---- Variadic (value, index) reduces with an argmax/argmin comparator (rules/argreduce.egg).
+
+ARG_DIRECTIONS = {"GE": "max", "GT": "max", "LE": "min", "LT": "min"}
+
+
+def arg_reducer(module: Module, ins: Instruction) -> str | None:
+    """"max" or "min" when ``ins`` is a reduce of (values, indices) whose to_apply is the
+    argmax/argmin combine torch-xla emits (torch.argmax, torch.max(dim), argmin):
+
+        value = select(compare(lv, rv, D), lv, rv)
+        index = select(compare(lv, rv, EQ), minimum(li, ri), select(compare(lv, rv, D), li, ri))
+
+    with D = GE or GT (max) and LE or LT (min), compares without a comparison type (so -0.0
+    equals 0.0 and no total order applies), parameters (lv, li, rv, ri) = 0..3, scalar values of
+    one type and indices of one int type. On NaN-free values this combine is associative and
+    commutative: it yields the extreme and the lowest index holding it, whatever the order XLA
+    reduces in. Anything else is None (the reduce stays unsupported)."""
+    if ins.opcode != "reduce" or len(ins.operands) != 4 or not ins.shape.is_tuple or len(ins.shape.tuple_shapes) != 2:
+        return None
+    callee = ins.parsed.get("to_apply")
+    comp = module.computations.get(callee) if isinstance(callee, str) else None
+    if comp is None:
+        return None
+    by = {i.name: i for i in comp.instructions}
+    params = {i.parameter_number: i for i in comp.instructions if i.opcode == "parameter"}
+    if sorted(params) != [0, 1, 2, 3] or any(p.shape.dims for p in params.values()):
+        return None
+    lv, li, rv, ri = (params[n].shape.dtype for n in range(4))
+    if lv != rv or li != ri or li not in INT_BITS or not (lv in FLOAT_MAX or lv in INT_BITS):
+        return None
+
+    def expr(name: str, depth: int = 0) -> object:
+        i = by.get(name)
+        if i is None or depth > 6:
+            return None
+        if i.opcode == "parameter":
+            return i.parameter_number
+        extra = {k for k in i.attrs if k not in ("metadata", "direction")}
+        if extra:
+            return None
+        head = f"compare.{i.parsed.get('direction', i.attrs.get('direction'))}" if i.opcode == "compare" else i.opcode
+        return (head, *(expr(o, depth + 1) for o in i.operands))
+
+    root = comp.root
+    if root.opcode != "tuple" or len(root.operands) != 2:
+        return None
+    value, index = (expr(o) for o in root.operands)
+    for d, op in ARG_DIRECTIONS.items():
+        cmp = (f"compare.{d}", 0, 2)
+        if value != ("select", cmp, 0, 2):
+            continue
+        keep = ("select", cmp, 1, 3)
+        ties = [("select", (eq, a, b), (mn, x, y), keep) for eq in ("compare.EQ",) for a, b in ((0, 2), (2, 0)) for mn in ("minimum",) for x, y in ((1, 3), (3, 1))]
+        if index in ties:
+            return op
+    return None
+
+
+def _arg_tables(rows: dict[str, list[tuple[object, ...]]], node: Node, sig: Sig, opnd: list[Shape], module: Module) -> None:
+    """Tables of rules/argreduce.egg, for both graphs: argred(k, d, op, n) a variadic reduce of
+    (values, indices) along the single dim d (extent n) with the arg combine of op; iotadim(k, d)
+    iotas counting along d; gteidx(k, i, t) get-tuple-element i of type t; intwidento(k, t)
+    int->int converts to t that keep every value; redone(k, d, op) a plain reduce along d alone;
+    cmpeq(k) an == compare without comparison type; affmove(k) a reshape/broadcast/copy of one
+    element to one element (keeps an exact value); unitdim(k, e) a reshape inserting one unit
+    dim at e."""
+    ins = node.ins
+    key = sig.key()
+    op = ins.opcode
+    if op == "reduce" and len(opnd) == 4:
+        a = arg_reducer(module, ins)
+        dims = list(ins.parsed.get("dimensions", []))
+        if a is not None and len(dims) == 1 and opnd[0].dims == opnd[1].dims and 0 <= dims[0] < len(opnd[0].dims) and opnd[2].dims == opnd[3].dims == ():
+            rows["argred"].append((key, dims[0], a, opnd[0].dims[dims[0]]))
+    elif op == "reduce" and len(opnd) == 2:
+        dims = list(ins.parsed.get("dimensions", []))
+        reducer = ins.parsed.get("reducer")
+        if len(dims) == 1 and reducer in ("max", "min"):
+            rows["redone"].append((key, dims[0], reducer))
+    elif op == "iota" and ins.shape.dtype in INT_BITS:
+        d = ins.parsed.get("iota_dimension")
+        if isinstance(d, int):
+            rows["iotadim"].append((key, d))
+    elif op == "get-tuple-element" and ins.tuple_index is not None and not ins.shape.is_tuple:
+        rows["gteidx"].append((key, ins.tuple_index, ins.shape.dtype))
+    elif op == "convert" and opnd and _widens(opnd[0].dtype, ins.shape.dtype):
+        rows["intwidento"].append((key, ins.shape.dtype))
+    elif op == "compare" and len(opnd) == 2 and ins.parsed.get("direction", ins.attrs.get("direction")) == "EQ" and "type" not in ins.attrs:
+        rows["cmpeq"].append((key,))
+    if op in ("reshape", "broadcast", "copy") and opnd and opnd[0].numel == 1 and ins.shape.numel == 1 and opnd[0].dtype == ins.shape.dtype:
+        rows["affmove"].append((key,))
+    if op == "reshape" and opnd:
+        src, out = opnd[0].dims, ins.shape.dims
+        for e in range(len(src) + 1):
+            if out == (*src[:e], 1, *src[e:]):
+                rows["unitdim"].append((key, e))
+
+
+# How to get the values of an elided literal: said wherever one stops a proof.
+ELIDED_HINT = (
+    "Dump the HLO with every constant in full: `shardproof build` writes them; from torch-xla, print the proto "
+    "of `torch_xla._XLAC._get_xla_tensors_hlo_proto(tensors)` with jaxlib's "
+    "`XlaComputation(proto).as_hlo_text(print_large_constants=True)` (`_get_xla_tensors_hlo` "
+    "elides constants of more than 10 elements); from XLA dumps, add `--xla_dump_large_constants` "
+    "to XLA_FLAGS (with `--xla_dump_to=DIR --xla_dump_hlo_as_text`); from JAX, "
+    "`jax.jit(f).lower(...).compiler_ir('hlo').as_hlo_text(print_large_constants=True)`"
+)
+
+
+def elided_constants(g: Graphs, roots: list[tuple[str, str]]) -> list[Unsupported]:
+    """The elided constants (``constant({...})``) that the instructions ``roots`` ((side,
+    name) pairs) are computed from, as unsupported entries: a proof about those roots needs
+    values the text does not hold, so not relating them is no evidence of a divergence."""
+    seen: set[int] = set()
+    stack = [g.by_name[r] for r in roots if r in g.by_name]
+    found: list[Unsupported] = []
+    while stack:
+        gid = stack.pop()
+        if gid in seen:
+            continue
+        seen.add(gid)
+        n = g.nodes[gid]
+        if n.ins.opcode == "constant" and literal_is_elided(n.ins.literal):
+            line = n.ins.loc.line if n.ins.loc else None
+            found.append(Unsupported(n.side, n.ins.name, "constant", f"constant {n.ins.shape} is printed as {{...}}: its values are not in the text, so no proof can use them", line))
+        stack.extend(n.operands)
+    return sorted(found, key=lambda u: (u.side != "distributed", u.line or 0, u.instruction))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..errors import InputError
+from ..hlo.rank import bind_device_ids
 from ..ir import Instruction, Module
 from ..relations import Binding, RelationSpec
 
@@ -39,8 +40,11 @@ def check_inputs(spec: RelationSpec, base: Module, dist: Module) -> tuple[list[t
     """Resolve and shape-check every input binding; every distributed parameter needs one."""
     c = spec.c
     bound: list[tuple[Binding, Instruction | None, Instruction]] = []
-    rank_params: set[str] = set()
-    seen: dict[str, str] = {}
+    # partition-id / replica-id (hlo.flavours made them device-id parameters): the values
+    # computed from them that are affine in the rank on every device of every group become
+    # rank arithmetic (hlo.rank); the device ids themselves relate to nothing.
+    rank_params: set[str] = bind_device_ids(dist, spec.groups)
+    seen: dict[str, str] = {p.name: "the device id" for p in dist.entry.parameters if p.parsed.get("device_id") or p.parsed.get("rank_from_device_id")}
     base_index, dist_index = param_index(base), param_index(dist)
     for b in spec.inputs:
         assert b.distributed is not None

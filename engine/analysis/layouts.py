@@ -29,6 +29,12 @@ class LayoutSolver:
     def _get(self, key: str, shape: tuple[int, ...]) -> Layout | None:
         if key == ID:
             return Layout.identity(shape)
+        if key not in self.layouts:
+            # A layout the tables wrote (tables.alltoall_layouts), not one this solver made:
+            # its canonical key spells it out.
+            parsed = parse_key(key)
+            if parsed is not None:
+                self.layouts[key] = parsed
         return self.layouts.get(key)
 
     def step(self, side: str, lkey: str, kind: str, sig: Sig) -> tuple[str, str] | None:
@@ -139,3 +145,20 @@ class LayoutSolver:
 def _perm(sig: Sig) -> list[int]:
     text = sig.attr("dimensions") or "[]"
     return [int(x) for x in text.strip("[]").split(",") if x.strip()]
+
+
+def parse_key(key: str) -> Layout | None:
+    """The layout whose canonical key (Layout.key) is ``key``; None for any other text."""
+    if not (key.startswith("bij(") and key.endswith(")")):
+        return None
+    try:
+        src_atoms, perm, dst = key[4:-1].split("|")
+        src, atoms = src_atoms.split(":")
+
+        def ints(text: str) -> tuple[int, ...]:
+            return tuple(int(v) for v in text.split(",")) if text else ()
+
+        layout = Layout(ints(src), ints(dst), ints(atoms), ints(perm))
+    except ValueError:
+        return None
+    return layout if layout.key() == key else None

@@ -36,6 +36,7 @@ def localize(spec: RelationSpec, g: Graphs, facts: Facts, outputs: list[dict[str
             if origin is not None:
                 d = _divergence(spec, g, facts, g.nodes[origin], sm)
                 d["cause"] = _layout_cause(g, facts, origin, f"output {o['index']}")
+                d["hint"] = {"kind": "layout", "operand": None}
                 out.append(d)
                 continue
             d = _divergence(spec, g, facts, n, sm)
@@ -95,6 +96,7 @@ def _blame_layout(spec: RelationSpec, g: Graphs, facts: Facts, d: dict[str, Any]
                 f"%{g.nodes[carried[0]].ins.name} matches the baseline only through {bij}, and this "
                 f"{n.ins.opcode} to {n.ins.shape} regroups axes across that order (e.g. (s·b, h) read as (b, s, h))"
             )
+            d["hint"] = {"kind": "layout", "operand": "%" + g.nodes[carried[0]].ins.name}
         return d
     for o in n.operands:
         origin = _layout_origin(g, facts, o)
@@ -102,6 +104,7 @@ def _blame_layout(spec: RelationSpec, g: Graphs, facts: Facts, d: dict[str, Any]
             blamed = _divergence(spec, g, facts, g.nodes[origin], sm)
             blamed["cause"] = _layout_cause(g, facts, origin, f"{d['instruction']} ({d['opcode']})")
             blamed["frontier"] = d["instruction"]
+            blamed["hint"] = {"kind": "layout", "operand": None}
             return blamed
     return d
 
@@ -112,13 +115,68 @@ def _divergence(spec: RelationSpec, g: Graphs, facts: Facts, n: Node, sm: Source
         "instruction": "%" + n.ins.name,
         "opcode": n.ins.opcode,
         "shape": str(n.ins.shape),
-        "source": {"file": src.file, "line": src.line, "function": src.function},
+        "source": src.to_json(),  # with "why" when there is no file
+        "module": _module(sm, n.ins),
         "op_name": sm.op_name(n.ins),
         "hlo_line": n.ins.loc.line if n.ins.loc else None,
         "cause": _cause(spec, g, facts, n),
         "baseline_counterpart": _baseline_counterpart(g, facts, n),
-        "operands": [{"instruction": "%" + g.nodes[o].ins.name, "relation": describe(g, facts, o)} for o in n.operands],
+        "operands": [_operand(g, facts, o, sm) for o in n.operands],
+        "hint": _hint(spec, g, facts, n),
     }
+
+
+def _module(sm: SourceMap, ins: Instruction) -> str | None:
+    """The module path the front end recorded for the instruction (e.g. ``layers.17.attn``)."""
+    entry = sm.entry(ins) if sm else None  # a split part takes its original's entry
+    module = entry.get("module") if isinstance(entry, dict) else None
+    return str(module) if module else None
+
+
+def _where(g: Graphs, gid: int, sm: SourceMap) -> dict[str, Any]:
+    ins = g.nodes[gid].ins
+    src = sm.source(ins) if sm else from_metadata(ins)
+    return {"instruction": "%" + ins.name, "opcode": ins.opcode, "shape": str(ins.shape), "source": src.to_json(), "module": _module(sm, ins)}
+
+
+def _operand(g: Graphs, facts: Facts, o: int, sm: SourceMap) -> dict[str, Any]:
+    """An operand with its own source line and module, and for a partial sum or a layout that
+    reaches the frontier, where that relation entered (the report names the bad operand by the
+    code that made it, not by an HLO id)."""
+    where = _where(g, o, sm)
+    out = {"instruction": where["instruction"], "opcode": where["opcode"], "relation": describe(g, facts, o), "source": where["source"], "module": where["module"]}
+    for prefix in ("partial", "layout("):
+        if any(f.relation.startswith(prefix) for f in facts.by_dist.get(o, [])):
+            out["origin"] = {**_where(g, _origin(g, facts, o, prefix), sm), "relation": next(f.relation for f in facts.by_dist[o] if f.relation.startswith(prefix))}
+            break
+    return out
+
+
+def _origin(g: Graphs, facts: Facts, gid: int, prefix: str) -> int:
+    """Walk back while an operand carries a relation of the same kind: the first instruction
+    whose operands do not is where the partial sum (or layout) was made."""
+    seen: set[int] = set()
+    while gid not in seen:
+        seen.add(gid)
+        carried = [o for o in g.nodes[gid].operands if any(f.relation.startswith(prefix) for f in facts.by_dist.get(o, []))]
+        if not carried:
+            return gid
+        gid = carried[0]
+    return gid
+
+
+def _hint(spec: RelationSpec, g: Graphs, facts: Facts, n: Node) -> dict[str, Any] | None:
+    """What the cause determines about the fix, as data (the report puts it in words)."""
+    ins = n.ins
+    if ins.opcode in COLLECTIVES and n.sig is not None and "groups=G" not in n.sig.key():
+        return {"kind": "wrong-groups", "found": ins.parsed.get("replica_groups"), "expected": spec.groups}
+    for o in n.operands:
+        for f in facts.by_dist.get(o, []):
+            if f.relation.startswith("partial(") and ins.opcode not in COLLECTIVES:
+                return {"kind": "missing-reduction", "reducer": f.relation[len("partial(") : -1], "groups": spec.groups, "operand": "%" + g.nodes[o].ins.name}
+    if ins.opcode == "all-reduce" and any(f.relation == "duplicate" for o in n.operands for f in facts.by_dist.get(o, [])):
+        return {"kind": "redundant-reduction", "groups": spec.groups}
+    return None
 
 
 def _cause(spec: RelationSpec, g: Graphs, facts: Facts, n: Node) -> str:

@@ -47,13 +47,21 @@ LEAVES = frozenset({"parameter", "constant", "iota", "replica-id", "partition-id
 # sort and get-tuple-element only obey the duplicate law (same op on identical inputs).
 KNOWN = UNARY_POINTWISE | BINARY_POINTWISE | TERNARY_POINTWISE | SHAPE_OPS | STRUCTURED | COLLECTIVES | LEAVES | {"tuple", "sort", "get-tuple-element"}
 
-# Attributes that never change the value an instruction computes.
+# Attributes that never change the value an instruction computes. Not here, because they do:
+# is_stable (an unstable sort orders tied keys as it likes), indices_are_sorted and
+# unique_indices (promises: a gather or scatter whose indices break them is implementation-
+# defined), operand_precision/precision_config (DEFAULT is a bf16 pass on TPU: a rounding like
+# a convert to bf16) and result_accuracy (the tolerance of a transcendental op). signature.py
+# drops their default values, so a written default and an absent one give the same key.
+# channel_id and use_global_device_ids choose how replica_groups name devices; they are neutral
+# because a collective relates only when its groups equal the sharding groups, and every
+# reading of groups that equal them (replicas, partitions, flattened ids) names the same ranks
+# when the program runs on one replica of c partitions or c replicas of one partition.
 VALUE_NEUTRAL_ATTRS = frozenset(
     {
         "metadata", "sharding", "frontend_attributes", "channel_id", "backend_config",
-        "statistics", "origin", "schedule", "operand_precision", "precision_config",
-        "indices_are_sorted", "unique_indices", "use_global_device_ids", "constrain_layout",
-        "is_stable", "custom_call_has_side_effect", "api_version", "result_accuracy",
+        "statistics", "origin", "schedule", "use_global_device_ids", "constrain_layout",
+        "custom_call_has_side_effect", "api_version",
     }
 )  # fmt: skip
 # Attributes the analysis reads itself (typed), rather than as verbatim text.

@@ -63,12 +63,32 @@ def _dims(s: Shape) -> Dims:
     return tuple(s.dims)
 
 
+# Value-relevant attributes with a default that XLA lets a printer write or leave out: the
+# default is dropped, so both spellings give one key (never two values under one key: the
+# default is what an absent attribute means).
+_DEFAULT_FALSE = frozenset({"is_stable", "indices_are_sorted", "unique_indices"})
+_PRECISION = frozenset({"operand_precision", "precision_config"})
+
+
+def _is_default(k: str, text: str) -> bool:
+    t = text.strip().strip("{}[]").strip().lower()
+    if k in _DEFAULT_FALSE:
+        return t == "false"
+    if k in _PRECISION:
+        return all(p.strip() in ("default", "'default'") for p in t.split(","))
+    if k == "result_accuracy":
+        return t.replace(" ", "") == "mode=default"
+    return False
+
+
 def make_sig(ins: Instruction, operand_shapes: list[Shape], groups_ok: bool | None = None) -> Sig:
     attrs: dict[str, str] = {}
     for k in sorted(set(ins.attrs) | set(ins.parsed)):
         if k in VALUE_NEUTRAL_ATTRS or k in ("replica_groups", "to_apply", "source_target_pairs", "reducer", "comparator"):
             continue
         v = ins.parsed.get(k, ins.attrs.get(k))
+        if _is_default(k, _text(v)):
+            continue
         attrs[k] = _text(v)
     if ins.parsed.get("reducer"):
         attrs["reducer"] = str(ins.parsed["reducer"])

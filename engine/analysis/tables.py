@@ -26,6 +26,10 @@ group size ``c``, computed here once per distinct signature and loaded as TSV ta
                              lists the block sizes); kp takes that block's per-rank part.
 ``allreduce(k, op)``, ``allgather(k, d)``, ``reducescatter(k, d, op)``: collectives over the
                              sharding group (dist signatures only).
+``alltoall(k, t, L, K)``     array all-to-all k of a tensor sharded along t: layout L, kind K
+                             (alltoall_layouts).
+``ccident(k)``, ``ccmoves(k, d, kp)``: custom-calls as the relations file declares them
+                             (Tables.custom_call).
 """
 
 from __future__ import annotations
@@ -34,12 +38,19 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from ..ir import Instruction
-from .ops import BINARY_POINTWISE, MONOTONE, TERNARY_POINTWISE, UNARY_POINTWISE, monotone_convert
+from ..relations import CustomCallRule
+from .bijection import Layout
+from .ops import (
+    BINARY_POINTWISE,
+    FLOAT_TYPES,
+    MONOTONE,
+    TERNARY_POINTWISE,
+    UNARY_POINTWISE,
+    monotone_convert,
+)
 from .signature import Dims, Sig, prod, scale
 
 Row = tuple[object, ...]
-
-IDENTITY_INIT = {"add": ("0", "-0"), "max": ("-inf",), "min": ("inf",)}
 
 
 class Tables:
@@ -51,7 +62,9 @@ class Tables:
         self.rows[table].add(row)
 
     # -- baseline signatures -------------------------------------------------------------------
-    def baseline(self, sig: Sig, ins: Instruction, init_literal: str | None = None, block_specs: Iterable[tuple[int, ...]] = ()) -> None:
+    def baseline(self, sig: Sig, ins: Instruction, init_identities: Iterable[str] = (), block_specs: Iterable[tuple[int, ...]] = ()) -> None:
+        """``init_identities``: the reducers a reduce's init literal is an identity of (its
+        exact value compared, graph._identity_of)."""
         op, c = sig.opcode, self.c
         k = sig.key()
         ins_dims = [d for _, d in sig.ins]
@@ -89,13 +102,17 @@ class Tables:
                 self.add("lin2", k, "min")
                 self.add("lin2l", k, "min")
                 self.add("lin2r", k, "min")
-            if op in ("add", "subtract"):
-                # max_r(a_r ± b) = max_r(a_r) ± b for b identical on every rank
+            if op in ("add", "subtract") and sig.out[0] in FLOAT_TYPES:
+                # max_r(a_r ± b) = max_r(a_r) ± b for b identical on every rank: rounding is
+                # monotone, so this holds for floats exactly (NaN aside). Not for integers: the
+                # add wraps (max(1, -1) + INT_MAX wraps, max(1 + INT_MAX, -1 + INT_MAX) does
+                # not); rules/partition.egg moves integer partials only where ranges say no
+                # add can wrap (p-int-bl/p-int-br, table intlin).
                 self.add("lin2l", k, "max")
                 self.add("lin2l", k, "min")
-            if op == "add":
-                self.add("lin2r", k, "max")
-                self.add("lin2r", k, "min")
+                if op == "add":
+                    self.add("lin2r", k, "max")
+                    self.add("lin2r", k, "min")
         elif op in TERNARY_POINTWISE:
             for d in range(len(out)):
                 s = scale(out, d, c)
@@ -141,7 +158,7 @@ class Tables:
             for o in ("add", "max", "min"):
                 self.add("lin1", k, o)
         elif op == "reduce" and len(ins_dims) == 2:
-            self._reduce(sig, k, ins, ins_dims[0], out, init_literal)
+            self._reduce(sig, k, ins, ins_dims[0], out, tuple(init_identities))
         elif op == "dot":
             self._dot(sig, k, ins, ins_dims, out)
         elif op == "pad":
@@ -222,11 +239,11 @@ class Tables:
                                 self.add("blockslice", k, d, ",".join(map(str, spec)), sig.with_dims([si], so, slice=new).key())
                         off += size
 
-    def _reduce(self, sig: Sig, k: str, ins: Instruction, src: Dims, out: Dims, init: str | None) -> None:
+    def _reduce(self, sig: Sig, k: str, ins: Instruction, src: Dims, out: Dims, init_identities: tuple[str, ...]) -> None:
         c = self.c
         dims = sorted(ins.parsed.get("dimensions", []))
         reducer = ins.parsed.get("reducer")
-        identity = reducer in IDENTITY_INIT and init is not None and _literal_value(init) in IDENTITY_INIT[reducer]
+        identity = reducer in init_identities
         for d in range(len(src)):
             si = scale(src, d, c)
             if not si:
@@ -270,8 +287,16 @@ class Tables:
             sl, sr = scale(lhs, dl, c), scale(rhs, dr, c)
             if sl and sr:
                 self.add("contracts", k, dl, dr, sig.with_dims([sl, sr], out).key())
-        self.add("lin2l", k, "add")
-        self.add("lin2r", k, "add")
+        # Bilinear: sum_r dot(a_r, b) = dot(sum_r a_r, b). For integers only when the partial
+        # operand has the result's type: sums modulo 2^bits agree then, but s8 pieces dotted
+        # into s32 sum exactly where the baseline's s8 sum wrapped (found by review:
+        # tests/soundness_regressions/s8_partial_sum_dot_widens).
+        (lt, _), (rt, _) = sig.ins
+        out_t = sig.out[0]
+        if lt == out_t or (lt in FLOAT_TYPES and out_t in FLOAT_TYPES):
+            self.add("lin2l", k, "add")
+        if rt == out_t or (rt in FLOAT_TYPES and out_t in FLOAT_TYPES):
+            self.add("lin2r", k, "add")
 
     def _gather(self, sig: Sig, k: str, ins: Instruction, ins_dims: list[Dims], out: Dims) -> None:
         c = self.c
@@ -291,6 +316,37 @@ class Tables:
                 new_sizes[d] = si[d]
                 self.add("moves2l", k, d, e, sig.with_dims([si, ins_dims[1]], so, slice_sizes=new_sizes).key())
 
+    # -- custom-calls declared in the relations file (relations.CustomCallRule) ---------------
+    def custom_call(self, sig: Sig, rule: CustomCallRule, baseline: bool) -> None:
+        """``ccident(k)``: k is the identity on operand 0 (keeps: all; both graphs). For
+        keeps: [duplicate, sharded] (baseline signatures), a block along any result dim d not in
+        ``reduces`` is the per-rank call on the operands' blocks: operands shaped like the
+        result are blocked along d, the others stay whole (moves1/moves2/moves2l/moves2r, and
+        ``ccmoves(k, d, kp)`` for three or more operands with only operand 0 blocked).
+        custom_call_problem has already refused calls whose shapes break these laws."""
+        k, c = sig.key(), self.c
+        if rule.identity:
+            self.add("ccident", k)
+            return
+        if not baseline or "sharded" not in rule.keeps:
+            return
+        out = sig.out[1]
+        ins_dims = [d for _, d in sig.ins]
+        aligned = [x == out for x in ins_dims]
+        for d in range(len(out)):
+            so = scale(out, d, c)
+            if d in rule.reduces or not so:
+                continue
+            kp = sig.with_dims([so if a else x for a, x in zip(aligned, ins_dims, strict=True)], so).key()
+            if len(ins_dims) == 1:
+                self.add("moves1", k, d, d, kp)
+            elif len(ins_dims) == 2 and aligned == [True, True]:
+                self.add("moves2", k, d, d, d, kp)
+            elif len(ins_dims) == 2 and aligned == [True, False]:
+                self.add("moves2l", k, d, d, kp)
+            elif len(ins_dims) >= 3 and aligned[0] and not any(aligned[1:]):
+                self.add("ccmoves", k, d, kp)
+
     # -- distributed-only signatures -----------------------------------------------------------
     def distributed(self, sig: Sig, ins: Instruction, groups_ok: bool) -> None:
         if not groups_ok:
@@ -304,12 +360,80 @@ class Tables:
             self.add("allgather", k, dims[0])
         elif sig.opcode == "reduce-scatter" and len(dims) == 1 and reducer == "add":
             self.add("reducescatter", k, dims[0], "add")
+        elif sig.opcode == "all-to-all" and len(dims) == 1 and len(sig.ins) == 1:
+            for t, lkey in alltoall_layouts(sig.ins[0][1], dims[0], self.c):
+                self.add("alltoall", k, t, lkey, f"s:{dims[0]}")
 
     def permute(self, sig: Sig, ins: Instruction, groups: list[list[int]]) -> None:
         pairs = ins.parsed.get("source_target_pairs") or []
         targets = {t for _, t in pairs}
         if all(set(g) <= targets for g in groups) and len(targets) == len(pairs):
             self.add("permuteall", sig.key())
+
+
+def custom_call_problem(rule: CustomCallRule, out: tuple[str, Dims], operands: list[tuple[str, Dims]]) -> str | None:
+    """Why a custom-call does not fit its declaration (its shapes make the declared law
+    meaningless), or None."""
+    where = f"custom-call target '{rule.target}' is declared {rule.describe()}"
+    if rule.identity:
+        if not operands or operands[0] != out:
+            got = f"{operands[0][0]}[{','.join(map(str, operands[0][1]))}]" if operands else "no operand"
+            return f"{where}, but its result {out[0]}[{','.join(map(str, out[1]))}] is not operand 0 ({got})"
+        return None
+    if "sharded" in rule.keeps:
+        if not operands or operands[0][1] != out[1]:
+            return f"{where}: expected operand 0 to have the result's dims {list(out[1])}"
+        bad = [d for d in rule.reduces if d >= len(out[1])]
+        if bad:
+            return f"{where}, but its result has only {len(out[1])} dims (no dim {bad[0]})"
+    return None
+
+
+def alltoall_layouts(src: Dims, s: int, c: int) -> list[tuple[int, str]]:
+    """(t, L) for an array all-to-all along dim s over the c ranks of the sharding group whose
+    operand x' is block r of x along another dim t (rank r).
+
+    The all-to-all cuts x'_r along s into c pieces and sends piece j to rank j, which
+    concatenates what it receives along s in rank order: z'_j[.., (r, i)_s, ..] = x'_r[..,
+    (j, i)_s, ..] = x[.., (r, a)_t, .., (j, i)_s, ..] with a the index inside t's block. So the
+    layout L that splits s into (r, i) and moves r in front of t's index a turns z'_j into block j
+    of x along s: layout(x, z', L, s:s), an exact re-indexing (every dtype). The producers'
+    reshape/transpose/reshape after the all-to-all (torch-xla's and XLA's split/concat
+    dimensions) then compose onto L in rules/layout.egg."""
+    if not 0 <= s < len(src) or src[s] % c or c < 2:
+        return []
+    out: list[tuple[int, str]] = []
+    atoms: list[int] = []
+    where: dict[tuple[int, str], int] = {}  # (dim, role) -> atom index in src order
+    for k, n in enumerate(src):
+        if k == s:
+            where[(k, "r")] = len(atoms)
+            atoms.append(c)
+            where[(k, "i")] = len(atoms)
+            atoms.append(n // c)
+        else:
+            where[(k, "a")] = len(atoms)
+            atoms.append(n)
+    for t in range(len(src)):
+        if t == s:
+            continue
+        perm: list[int] = []
+        dst = list(src)
+        for k in range(len(src)):
+            if k == t:
+                perm += [where[(s, "r")], where[(k, "a")]]
+                dst[k] = src[k] * c
+            elif k == s:
+                perm.append(where[(k, "i")])
+                dst[k] = src[k] // c
+            else:
+                perm.append(where[(k, "a")])
+        try:
+            layout = Layout(tuple(src), tuple(dst), tuple(atoms), tuple(perm))
+        except ValueError:
+            continue
+        out.append((t, "id" if layout.is_identity() else layout.key()))
+    return out
 
 
 def unit_block_broadcast(src: Dims, out: Dims, dims: list[int], c: int) -> int | None:
@@ -334,21 +458,6 @@ def unit_block_broadcast(src: Dims, out: Dims, dims: list[int], c: int) -> int |
         elif n != 1:
             return None
     return sharded[0] if len(sharded) == 1 else None
-
-
-def _literal_value(text: str) -> str:
-    t = text.strip().strip("{}").strip()
-    try:
-        f = float(t)
-    except ValueError:
-        return t
-    if f == 0:
-        return "0"
-    if f == float("inf"):
-        return "inf"
-    if f == float("-inf"):
-        return "-inf"
-    return t
 
 
 def gscale(dims: Dims, d: int, k: int, e: int, c: int) -> Dims | None:

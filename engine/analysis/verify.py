@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import InputError
+from ..errors import InputError, phase
 from ..hlo.fold import Fold
 from ..hlo.normalize import normalize
 from ..hlo.shapecheck import check_module
@@ -17,13 +18,16 @@ from ..sourcemap import SourceMap
 from . import folded, partition
 from .egg import ITERATIONS, LAYOUT_ROUNDS, NODES, SECONDS, RunStats, Session
 from .facts import Fact, Facts, carried_seeds, expected_text, public_bijections, read_facts
-from .graph import Graphs, Node, build
+from .graph import ELIDED_HINT, Graphs, Node, build, elided_constants
 from .inputs import check_inputs, outputs, param
 from .layouts import LayoutSolver
 from .localize import localize, trace
 from .partition import Segment, plan
 
 VERIFIED, DIVERGED, UNSUPPORTED, INCONCLUSIVE = "verified", "diverged", "unsupported", "inconclusive"
+# The rules stopped (a frontier) but the numeric witness found every output equal: no proof, no bug.
+UNPROVEN = "unproven"
+ERROR = "error"  # the tool crashed (errors.InternalError): never a verdict about the program
 # Opcodes whose rules cover only some uses; an unrelated one is not evidence of a bug.
 PARTIAL_RULES = frozenset({"all-to-all", "collective-permute", "reverse", "scatter", "custom-call"})
 
@@ -59,6 +63,12 @@ class Result:
     bijections: list[dict[str, Any]] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    error: dict[str, str] | None = None  # {"phase", "where", "message"} when verdict == ERROR
+    # The numeric witness (engine.witness, run by check.check_files): None when it did not run.
+    witness: dict[str, Any] | None = None
+    # The graph and proven facts of the run (not serialized): the witness seeds a segment's
+    # inputs with the relations proven for the values it reads.
+    context: Any = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -71,6 +81,8 @@ class Result:
             "bijections": self.bijections,
             "stats": self.stats,
             "timings": {k: round(v, 4) for k, v in self.timings.items()},
+            "error": self.error,
+            "witness": self.witness,
         }
 
 
@@ -82,10 +94,14 @@ def verify(spec: RelationSpec, baseline: Module, distributed: Module, sourcemap:
     timings: dict[str, float] = {}
     t = time.perf_counter()
     tokens = frozenset(param(distributed, b.distributed, b.key, "distributed", spec.path).name for b in spec.inputs if b.relation.kind == "token" and b.distributed is not None)
-    check_module(baseline)
-    check_module(distributed)
-    base = normalize(baseline)
-    dist = normalize(distributed, tokens)
+    with phase("normalize", baseline.path) as p:
+        check_module(baseline)
+        p.at(distributed.path)
+        check_module(distributed)
+        p.at(baseline.path)
+        base = normalize(baseline)
+        p.at(distributed.path)
+        dist = normalize(distributed, tokens)
     timings["normalize"] = time.perf_counter() - t
     bound, rank_params = check_inputs(spec, base, dist)
     bouts, douts = outputs(base), outputs(dist)
@@ -99,13 +115,15 @@ def verify(spec: RelationSpec, baseline: Module, distributed: Module, sourcemap:
     sm = sourcemap or SourceMap()
     t = time.perf_counter()
     fixed = {side: fold.placeholders(side) for side in ("baseline", "distributed")} if fold else None
-    segments = plan(base, dist, lambda i: i.metadata.op_name, sm.op_name, budget.layer_pattern, fixed) if budget.partition or fold else None
+    with phase("partition", f"{baseline.path} / {distributed.path}", keep=(folded.FoldMismatch,)):
+        segments = plan(base, dist, lambda i: i.metadata.op_name, sm.op_name, budget.layer_pattern, fixed) if budget.partition or fold else None
     if fold and not segments:
         raise folded.FoldMismatch("the folded pair does not cut into layers")
     timings["partition"] = time.perf_counter() - t
     t = time.perf_counter()
     placeholders = frozenset((side, n) for side in ("baseline", "distributed") for n in (fixed or {}).get(side, {}))
-    g = build(spec, base, dist, rank_params, with_rows=not segments, folded=placeholders)
+    with phase("build", f"{baseline.path} / {distributed.path}"):
+        g = build(spec, base, dist, rank_params, with_rows=not segments, folded=placeholders)
     timings["build"] = time.perf_counter() - t
     if g.unsupported:
         u = g.unsupported[0]
@@ -115,21 +133,42 @@ def verify(spec: RelationSpec, baseline: Module, distributed: Module, sourcemap:
 
     t = time.perf_counter()
     solver = LayoutSolver(spec.c)
-    if segments:
-        facts, stats, seg_stats = _solve_segments(spec, g, base, dist, segments, bound, rank_params, solver, budget, fold, tokens)
-    else:
-        facts, stats = _solve(g, _input_seeds(g, bound), solver, budget)
-        seg_stats = {"segments": 1}
+    with phase("saturate", "the whole pair (one e-graph)", keep=(folded.FoldMismatch,)) as p:
+        if segments:
+            facts, stats, seg_stats = _solve_segments(spec, g, base, dist, segments, bound, rank_params, solver, budget, fold, tokens, p.at)
+        else:
+            facts, stats = _solve(g, _input_seeds(g, bound), solver, budget)
+            seg_stats = {"segments": 1}
     timings["saturate"] = time.perf_counter() - t
     t = time.perf_counter()
-    res = _decide(spec, g, facts, bouts, douts, sm, stats.saturated)
-    res.bijections = public_bijections(facts.bijections)
+    with phase("localize", distributed.path):
+        res = _decide(spec, g, facts, bouts, douts, sm, stats.saturated)
+        res.bijections = public_bijections(facts.bijections)
+    res.context = (g, facts)
+    if res.verdict != VERIFIED:
+        _unknown_constants(res, g)
     if res.verdict == INCONCLUSIVE and not stats.saturated:
         res.reason += _exhausted_text(budget, seg_stats.get("segment_report"), stats)
     res.stats = {**seg_stats, "iterations": stats.iterations, "saturated": stats.saturated, "exhausted": stats.exhausted, "nodes": stats.nodes, "baseline_instructions": len(base.entry.instructions), "distributed_instructions": len(dist.entry.instructions)}
     timings["localize"] = time.perf_counter() - t
     res.timings = timings
     return res
+
+
+def _unknown_constants(res: Result, g: Graphs) -> None:
+    """An output the rules could not relate that is computed from an elided constant
+    (``{...}``, an unknown value) is unsupported, not diverged: the text lacks the values a
+    proof, or a witness, would need (XLA's parser even fills such a constant with made-up
+    values). The unsupported entries name each constant and how to dump it in full."""
+    roots = [(side, str(o[side]).lstrip("%")) for o in res.outputs if not o["ok"] for side in ("baseline", "distributed")]
+    elided = elided_constants(g, roots)
+    if not elided:
+        return
+    u = elided[0]
+    res.verdict = UNSUPPORTED
+    res.reason = f"{u.side} %{u.instruction} ({u.opcode}): {u.reason}. {ELIDED_HINT}"
+    res.unsupported = [vars(x) for x in elided]
+    res.divergences = []
 
 
 # How a reason names the budget that ran out (RunStats.exhausted), with its value.
@@ -182,7 +221,10 @@ def _binding_seeds(b: Binding, bg: int | str, dg: int | str) -> list[str]:
     elif rel.kind == "partial":
         seeds.append(f'(partial (N {bg}) (N {dg}) "{rel.op}")')
     if b.int_range is not None:
-        seeds.append(f"(inrange (N {dg}) {int(b.int_range[0])} {int(b.int_range[1])})")
+        # On a partial input the range bounds the baseline value (the sum, maximum or minimum
+        # of the pieces; the witness draws it so), not the ranks' pieces.
+        node = bg if rel.kind == "partial" else dg
+        seeds.append(f"(inrange (N {node}) {int(b.int_range[0])} {int(b.int_range[1])})")
     return seeds
 
 
@@ -200,10 +242,11 @@ def _solve(g: Graphs, seeds: list[str], solver: LayoutSolver, budget: Budget) ->
         session.close()
 
 
-def _solve_segments(spec: RelationSpec, g: Graphs, base: Module, dist: Module, segments: list[Segment], bound: list[tuple[Binding, Instruction | None, Instruction]], rank_params: set[str], solver: LayoutSolver, budget: Budget, fold: Fold | None = None, tokens: frozenset[str] = frozenset()) -> tuple[Facts, RunStats, dict[str, Any]]:
+def _solve_segments(spec: RelationSpec, g: Graphs, base: Module, dist: Module, segments: list[Segment], bound: list[tuple[Binding, Instruction | None, Instruction]], rank_params: set[str], solver: LayoutSolver, budget: Budget, fold: Fold | None = None, tokens: frozenset[str] = frozenset(), at: Callable[[str], None] = lambda where: None) -> tuple[Facts, RunStats, dict[str, Any]]:
     """Prove segment pairs stage by stage, carrying proven facts across cuts. Identical segment
     pairs are proven once; the distinct ones of a stage run in parallel, one e-graph per thread.
-    Folded layers are proven from their own blocks, once per class and input facts."""
+    Folded layers are proven from their own blocks, once per class and input facts. ``at`` is
+    told the layer being worked on (errors.Phase.at), so a crash names it."""
     sides = {"baseline": partition.Side(base), "distributed": partition.Side(dist)}
     known = Facts({}, {}, {}, [])
     seen: set[tuple[int, str, frozenset[int]]] = set()
@@ -228,7 +271,9 @@ def _solve_segments(spec: RelationSpec, g: Graphs, base: Module, dist: Module, s
             prepared: list[_Prepared | tuple[folded.FoldedLayer, str]] = []
             jobs: dict[str, Future[tuple[Facts, RunStats]]] = {}
             block_jobs: dict[str, tuple[Future[folded.BlockResult], int]] = {}
+            labels: dict[str, int] = {}  # job key -> the first layer that asked for it
             for i in level:
+                at(f"layer {segments[i].label}")
                 fl = fold.layers.get(segments[i].label) if fold else None
                 if fl is not None:
                     _check_folded_segment(segments[i], fl)
@@ -236,24 +281,28 @@ def _solve_segments(spec: RelationSpec, g: Graphs, base: Module, dist: Module, s
                     key = f"{fl.cls}\n" + "\n".join(seeds)
                     hit = key in block_memo or key in block_jobs
                     report[i] = {"layer": segments[i].label, "fingerprint": partition.fingerprint(key), "reused": hit, "folded": True, "instructions": len(fl.baseline.closure) + len(fl.distributed.closure)}
+                    labels.setdefault(key, segments[i].label)
                     if not hit:
                         block_jobs[key] = (pool.submit(folded.prove, spec, fold, fl, seeds, rank_params, tokens, solver, budget, _solve), fl.label)
                     prepared.append((fl, key))
                     continue
-                prep = _prepare(spec, g, segments[i], sides, bound, known)
+                prep = _prepare(spec, g, segments[i], sides, bound, known, rank_params, tokens)
                 prepared.append(prep)
                 fp = partition.fingerprint(prep.text)
                 bucket = memo.setdefault(fp, [])
                 hit = next((r for t, r in bucket if t == prep.text), None)
                 report[i] = {"layer": segments[i].label, "fingerprint": fp, "reused": hit is not None or prep.text in jobs, "instructions": len(prep.to_global)}
+                labels.setdefault(prep.text, segments[i].label)
                 if hit is None and prep.text not in jobs:
                     sg = build(spec, sides["baseline"].sub_module(prep.views[0], "b"), sides["distributed"].sub_module(prep.views[1], "d"), rank_params)
                     jobs[prep.text] = pool.submit(_solve, sg, prep.seeds, solver, budget)
             for text, job in jobs.items():
+                at(f"layer {labels[text]}")
                 result = job.result()
                 memo[partition.fingerprint(text)].append((text, result))
                 add_run(result[1])
             for key, (bjob, label) in block_jobs.items():
+                at(f"layer {labels[key]} (folded)")
                 bres = bjob.result()
                 block_memo[key] = (bres, label)
                 add_run(bres.stats)
@@ -291,9 +340,14 @@ class _Prepared:
     seeds: list[str]
 
 
-def _prepare(spec: RelationSpec, g: Graphs, seg: Segment, sides: dict[str, partition.Side], bound: list[tuple[Binding, Instruction | None, Instruction]], known: Facts) -> _Prepared:
+def _prepare(spec: RelationSpec, g: Graphs, seg: Segment, sides: dict[str, partition.Side], bound: list[tuple[Binding, Instruction | None, Instruction]], known: Facts, rank_params: set[str], tokens: frozenset[str]) -> _Prepared:
     """A segment pair's canonical text and seeds, from the whole-graph signatures; no e-graph
-    rows are built unless the memo misses. Local ids follow build()'s order: baseline first."""
+    rows are built unless the memo misses. Local ids follow build()'s order: baseline first.
+
+    The text is the memo key, so it holds every fact the proof reads about what the segment
+    reads: each parameter's role (the rank: build() gives it the rank row; a token), the seeds
+    of every input binding it reads (relations and integer ranges), and the proven facts
+    carried across the cut (rank-affine, ranges, relations)."""
     views = (sides["baseline"].view(seg.baseline), sides["distributed"].view(seg.distributed))
     to_global: list[int] = []
     pos: dict[tuple[str, str], int] = {}
@@ -308,10 +362,18 @@ def _prepare(spec: RelationSpec, g: Graphs, seg: Segment, sides: dict[str, parti
                 lines.append(f"param:{n.ins.shape}()")
             else:
                 operands = ",".join(str(pos[(side, g.nodes[o].ins.name)]) for o in n.operands)
-                lines.append(f"{_node_key(n)}({operands})")
+                role = ""
+                if side == "distributed" and n.ins.opcode == "parameter":
+                    role = ":rank" if name in rank_params else ":token" if name in tokens else ""
+                lines.append(f"{_node_key(n)}{role}({operands})")
     seeds: list[str] = []
     for b, bp, dp in bound:
-        if bp is None or ("baseline", bp.name) not in pos or ("distributed", dp.name) not in pos:
+        if ("distributed", dp.name) not in pos:
+            continue
+        if bp is None or ("baseline", bp.name) not in pos:
+            # Only the distributed side is read here: its integer range still holds.
+            if b.int_range is not None and b.relation.kind != "partial":  # a partial's range bounds the baseline
+                seeds.append(f"(inrange (N {pos[('distributed', dp.name)]}) {int(b.int_range[0])} {int(b.int_range[1])})")
             continue
         seeds.extend(_binding_seeds(b, pos[("baseline", bp.name)], pos[("distributed", dp.name)]))
     def b_local(m: int) -> str | None:

@@ -11,9 +11,12 @@ since ``shardproof check`` never needs torch.
 
 from __future__ import annotations
 
+import base64
 import json
+import math
 import os
 import re
+import struct
 import sysconfig
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -206,6 +209,145 @@ def _check_same_lowering(text: str, module: dict[str, Any]) -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# Literals in full. torch-xla's text printer (XLA's HloModule::ToString with default options)
+# writes a constant of more than 10 elements as ``{...}``: two different tables (rotary
+# frequencies, arange steps) would read the same, and the verifier can only call such a
+# constant unknown. The JSON of the same lowering holds every value; each elided literal of the
+# text is rewritten from it, in XLA's literal syntax.
+
+_ELIDED_RE = re.compile(r"^(\s+(?:ROOT )?%(\S+) = .*? constant\()\{\.\.\.\}(\).*)$")
+
+# LiteralProto's JSON field per element type: (field, struct format of one element when the
+# field is bytes, or None when it is a list of numbers/strings/bools).
+_LITERAL_FIELDS: dict[str, tuple[str, str | None]] = {
+    "pred": ("preds", None),
+    "s8": ("s8s", "<b"), "u8": ("u8s", "<B"), "s16": ("s16s", "<h"), "u16": ("u16s", "<H"),
+    "s32": ("s32s", None), "u32": ("u32s", None), "s64": ("s64s", None), "u64": ("u64s", None),
+    "f16": ("f16s", "<e"), "bf16": ("bf16s", "<H"), "f32": ("f32s", None), "f64": ("f64s", None),
+}  # fmt: skip
+_JSON_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _round_float(dtype: str, v: float) -> float:
+    """``v`` rounded to float type ``dtype`` the way XLA's parser reads a decimal (double, then
+    float, then the narrow type, nearest-even each time)."""
+    if dtype == "f64" or not math.isfinite(v):
+        return v
+    try:
+        f = struct.unpack("<f", struct.pack("<f", v))[0]
+    except OverflowError:
+        return math.copysign(math.inf, v)
+    if dtype == "f16":
+        try:
+            return float(struct.unpack("<e", struct.pack("<e", f))[0])
+        except OverflowError:
+            return math.copysign(math.inf, f)
+    if dtype == "bf16":
+        bits = struct.unpack("<I", struct.pack("<f", f))[0]
+        if (bits >> 23) & 0xFF == 0xFF:
+            return f
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return float(struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]) if bits <= 0xFFFFFFFF else math.copysign(math.inf, f)
+    return float(f)
+
+
+# Like XLA's RoundTripFpToString: ``%g`` with the digits every value of the type keeps
+# (C++ digits10) when that reads back exactly, else with enough digits for every value
+# (max_digits10); bf16 and f16 always with max_digits10. Texts then match XLA's own printing
+# (tests/test_frontend_literals.py), except that -0 is written "-0.0".
+_DIGITS = {"bf16": (4, 4), "f16": (5, 5), "f32": (6, 9), "f64": (15, 17)}
+
+
+def _float_text(dtype: str, v: float) -> str:
+    """A decimal that XLA's parser reads back as exactly ``v`` in ``dtype``."""
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    if v == 0 and math.copysign(1.0, v) < 0:
+        return "-0.0"  # XLA reads "-0" as the integer 0, i.e. +0
+    short, full = _DIGITS[dtype]
+    text = f"{v:.{short}g}"
+    return text if _round_float(dtype, float(text)) == v else f"{v:.{full}g}"
+
+
+def _literal_values(literal: dict[str, Any], dtype: str) -> list[str] | None:
+    """Every element of a LiteralProto (as JSON) in XLA's text form, or None for a type or
+    encoding read here not at all (the constant then stays elided: unknown to the verifier)."""
+    if dtype not in _LITERAL_FIELDS:
+        return None
+    name, fmt = _LITERAL_FIELDS[dtype]
+    raw = literal.get(name, [] if fmt is None else "")
+    if fmt is not None:
+        data = base64.b64decode(raw)
+        size = struct.calcsize(fmt)
+        if len(data) % size:
+            return None
+        values = [v for (v,) in struct.iter_unpack(fmt, data)]
+        if dtype == "bf16":
+            values = [struct.unpack("<f", struct.pack("<I", v << 16))[0] for v in values]
+    else:
+        values = list(raw)
+    if dtype == "pred":
+        return ["1" if v else "0" for v in values]  # XLA prints pred elements as 1 / 0
+    if dtype in ("f16", "bf16", "f32", "f64"):
+        return [_float_text(dtype, float(_JSON_FLOATS.get(v, v)) if isinstance(v, str) else float(v)) for v in values]
+    return [str(int(v)) for v in values]
+
+
+def literal_text(literal: dict[str, Any], dtype: str, dims: Sequence[int]) -> str | None:
+    """The literal of a LiteralProto (JSON) of element type ``dtype`` and shape ``dims`` as
+    XLA's parser reads it (``{ {1, 2}, {3, 4} }``), or None when it cannot be written."""
+    values = _literal_values(literal, dtype)
+    count = 1
+    for d in dims:
+        count *= d
+    if values is None or len(values) != count:
+        return None
+    if not dims:
+        return values[0]
+
+    if len(dims) == 1:
+        return "{" + ", ".join(values) + "}"
+
+    def nest(start: int, rank: int) -> str:  # XLA pads every brace of a rank >= 2 literal
+        if rank == len(dims) - 1:
+            return "{ " + ", ".join(values[start : start + dims[rank]]) + " }"
+        stride = 1
+        for d in dims[rank + 1 :]:
+            stride *= d
+        return "{ " + ", ".join(nest(start + i * stride, rank + 1) for i in range(dims[rank])) + " }"
+
+    return nest(0, 0)
+
+
+def _full_literals(text: str, module: dict[str, Any]) -> str:
+    """``text`` with every ``constant({...})`` written out from the lowering's JSON."""
+    if "{...}" not in text:
+        return text
+    constants: dict[str, dict[str, dict[str, Any]]] = {
+        comp["name"]: {ins["name"]: ins for ins in comp.get("instructions", []) if ins.get("opcode") == "constant"}
+        for comp in module.get("computations", [])
+    }
+    lines = text.split("\n")
+    current: dict[str, dict[str, Any]] = {}
+    for i, line in enumerate(lines):
+        header = _COMPUTATION_RE.match(line)
+        if header:
+            current = constants.get(header.group(1), {})
+            continue
+        m = _ELIDED_RE.match(line)
+        if m is None or m.group(2) not in current:
+            continue
+        ins = current[m.group(2)]
+        shape = ins.get("shape", {})
+        full = literal_text(ins.get("literal", {}), _element_type(shape), [int(d) for d in shape.get("dimensions", [])])
+        if full is not None:
+            lines[i] = m.group(1) + full + m.group(3)
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -280,6 +422,7 @@ def capture(
     if "metadata={" not in raw_text:
         raise RuntimeError("HLO has no metadata: set XLA_HLO_DEBUG=1 before importing torch_xla")
     _check_same_lowering(raw_text, module)
+    raw_text = _full_literals(raw_text, module)
 
     numbering = _ScopeNumbering()
     for match in _OP_NAME_RE.finditer(raw_text):
@@ -336,7 +479,10 @@ def capture(
                 "frames": user_frames(int(metadata.get("stackFrameId", 0))),  # shared, never mutated
                 "op_name": numbering.apply(metadata.get("opName", "")),
             }
-    sourcemap = {"version": SOURCEMAP_VERSION, "instructions": instructions}
+    # Hidden files as the text names them: the verifier skips them in HLO metadata as well (an
+    # instruction the map lacks, e.g. one part of a split all-reduce, falls back to metadata).
+    hidden = sorted({show(path) for path in excluded})
+    sourcemap = {"version": SOURCEMAP_VERSION, "instructions": instructions, "hidden": hidden}
     return Capture(text, sourcemap, parameter_shapes, context)
 
 
@@ -356,7 +502,8 @@ def dump_sourcemap(sourcemap: dict[str, Any]) -> str:
     ]
     body = ",\n".join(entries)
     instructions = f"{{\n{body}\n }}" if entries else "{}"
-    return f'{{\n "version": {json.dumps(sourcemap["version"])},\n "instructions": {instructions}\n}}\n'
+    hidden = f',\n "hidden": {json.dumps(sourcemap["hidden"])}' if sourcemap.get("hidden") else ""
+    return f'{{\n "version": {json.dumps(sourcemap["version"])},\n "instructions": {instructions}{hidden}\n}}\n'
 
 
 def parameter_number(captured: Capture, tensor: Any) -> int:

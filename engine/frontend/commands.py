@@ -11,19 +11,25 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from ..errors import EXIT_INTERNAL, InputError, internal
 from .config import find_config
 from .runner import exit_code, layers_of, matches, run_models
 
 EXIT_BAD_INPUT = 3
 DEFAULT_OUT = Path("shardproof-report")
+RUN_EXIT_CODES = """exit codes (the worst model decides; a model whose verdict is its declared expect counts as 0):
+  0  every model as expected
+  1  a verdict differs from the expected one (a divergence, or a bug variant that verified)
+  2  a model is unproven, unsupported or inconclusive, or failed to build
+  3  bad input: the configuration or a model name is wrong; the message says where
+  4  internal error: shardproof crashed on a model (a bug in shardproof, not in your program)"""
 
 
 def register(subparsers: Any) -> None:
     b = subparsers.add_parser("build", help="rebuild baseline/distributed HLO, relations and source map of the declared models with torch-xla")
     _common(b)
     b.set_defaults(func=_build)
-    r = subparsers.add_parser("run", help="build and check every declared model; print a table, write DIR/result.json")
+    r = subparsers.add_parser("run", help="build and check every declared model; print a table, write DIR/result.json", epilog=RUN_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(r)
     r.add_argument("--json", type=Path, help="also write the result document here")
     r.add_argument("--timings", action="store_true", help="print build and verification time breakdowns")
@@ -64,11 +70,16 @@ class Table:
         result = entry.get("result")
         if result and result.get("divergences"):
             src = result["divergences"][0]["source"]
-            where = f"{src['file']}:{src['line']}" if src.get("file") else "<no source>"
+            where = f"{src['file']}:{src['line']}" if src.get("file") else f"<no source: {src.get('why', 'unknown')}>"
+        elif result and status == "error" and result.get("error"):
+            err = result["error"]
+            where = f"internal error in phase {err['phase']}" + (f" at {err['where']}" if err.get("where") else "")
         elif result and status in ("unsupported", "inconclusive"):
             where = result.get("reason", "")[:80]
         elif entry["build"]["error"]:
             where = entry["build"]["error"].splitlines()[0][:100]
+        if result and result.get("witness"):
+            where = (where + "  " if where else "") + f"[witness {result['witness']['status']}]"
         seconds = f"{entry['seconds']:.1f}s"
         print(f"{entry['name']:<{self.width}}  {status:<13} {mark:<9} {'-' if layers is None else layers:>6} {seconds:>8}  {where}", flush=True)
 
@@ -78,6 +89,8 @@ def _details(doc: dict[str, Any], timings: bool) -> None:
         error = entry["build"]["error"]
         if error and "\n" in error:
             print(f"\n{entry['name']}: build-failed\n  " + "\n  ".join(error.splitlines()))
+        if entry["status"] == "error" and entry.get("result"):
+            print(f"\n{entry['name']}: {entry['result']['reason']}", file=sys.stderr)
         if timings:
             result = entry.get("result") or {}
             parts = [f"build {entry['build']['seconds']:.2f}s", f"peak RSS {entry['build']['peak_rss_mb']:.0f} MiB"]
@@ -108,6 +121,9 @@ def _run(args: argparse.Namespace) -> int:
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except Exception as e:  # a crash outside a model's verification: still ours, exit 4
+        print(f"error: {internal(e, 'run').explain()}", file=sys.stderr)
+        return EXIT_INTERNAL
     _details(doc, args.timings)
     print(_summary(doc))
     print(f"report: {args.out / 'result.json'}")

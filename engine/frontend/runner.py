@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from ..errors import InputError, internal, phase
 from .config import Config, ModelConfig, load_config
 
 RESULT_VERSION = 1
 ARTIFACTS = ("baseline", "distributed", "relations", "sourcemap")
 _FILES = {"baseline": "baseline.hlo", "distributed": "distributed.hlo", "relations": "relations.yaml", "sourcemap": "sourcemap.json"}
-STATUS_EXIT = {"verified": 0, "diverged": 1, "unsupported": 2, "inconclusive": 2, "build-failed": 2}
+STATUS_EXIT = {"verified": 0, "diverged": 1, "unproven": 2, "unsupported": 2, "inconclusive": 2, "build-failed": 2, "error": 4}
 TAIL_LINES = 15
 READY_TIMEOUT = 600.0  # importing torch-xla on a cold disk can be slow; this is not a model's cap
 KILL_GRACE = 1.0  # seconds between SIGTERM (traceback dump) and SIGKILL
@@ -269,7 +269,7 @@ def build_all(
 def verify_model(model: ModelConfig, folder: Path) -> tuple[str, dict[str, Any] | None, str | None]:
     """(status, Result.to_json() or None, error) for built artifacts in ``folder``."""
     from ..analysis.check import check_files
-    from ..analysis.verify import Budget
+    from ..analysis.verify import ERROR, Budget, Result
     from ..relations import load_relations
     from ..sourcemap import SourceMap
 
@@ -282,14 +282,20 @@ def verify_model(model: ModelConfig, folder: Path) -> tuple[str, dict[str, Any] 
         layer_pattern=model.layer_pattern,
     )
     try:
-        spec = load_relations(folder / _FILES["relations"])
-        sourcemap = SourceMap.load(folder / _FILES["sourcemap"])
-        result = check_files(spec, folder / _FILES["baseline"], folder / _FILES["distributed"], sourcemap, budget)
+        with phase("read", str(folder / _FILES["relations"])) as p:
+            spec = load_relations(folder / _FILES["relations"])
+            p.at(str(folder / _FILES["sourcemap"]))
+            sourcemap = SourceMap.load(folder / _FILES["sourcemap"])
+        from ..witness.pair import DEFAULT_MEMORY_MB, WitnessOptions
+
+        witness = WitnessOptions(memory_mb=float(model.verify.get("witness_memory_mb", DEFAULT_MEMORY_MB)))
+        result = check_files(spec, folder / _FILES["baseline"], folder / _FILES["distributed"], sourcemap, budget, witness=str(model.verify.get("witness", "auto")), witness_options=witness)
     except InputError as e:
         return "build-failed", None, f"the verifier rejected the built artifacts: {e}"
-    except Exception as e:  # a verifier error is no verdict, and never a pass
-        doc = {"verdict": "inconclusive", "reason": f"verifier error: {type(e).__name__}: {e}", "outputs": [], "divergences": [], "unsupported": [], "trace": [], "bijections": [], "stats": {}, "timings": {}}
-        return "inconclusive", doc, None
+    except Exception as e:  # a crash of the verifier is no verdict: status error, exit 4
+        err = internal(e, "verify", str(folder))
+        files = [str(folder / _FILES[k]) for k in ARTIFACTS]
+        return ERROR, Result(ERROR, reason=err.explain(files), error=err.to_json()).to_json(), None
     return result.verdict, result.to_json(), None
 
 
@@ -302,7 +308,8 @@ def matches(entry: dict[str, Any]) -> bool:
 
 def exit_code(doc: dict[str, Any]) -> int:
     """0 when every model is as expected; 1 when a verdict differs (a divergence, or a bug
-    variant that verified); 2 when anything is unsupported, inconclusive or failed to build."""
+    variant that verified); 2 when anything is unproven, unsupported, inconclusive or failed to
+    build; 4 when the verifier crashed on a model (an internal error beats every verdict)."""
     code = 0
     for entry in doc["models"]:
         if matches(entry):
@@ -406,5 +413,6 @@ def run_models(
     }
     if isolation:
         doc["isolation"] = isolation
-    (out / "result.json").write_text(json.dumps(doc, indent=2) + "\n")
+    with phase("report", str(out / "result.json")):
+        (out / "result.json").write_text(json.dumps(doc, indent=2) + "\n")
     return doc

@@ -4,13 +4,15 @@ A 126-layer model is one layer written 126 times under other names. Parsing, nor
 building every copy costs time linear in the layers even when the memo proves each distinct
 layer once. This pass reads both texts line by line (regular expressions, no parser), cuts the
 entry computation into layer blocks the way ``analysis.partition`` does, and gives each block a
-canonical text: metadata and channel ids dropped (value-neutral), instruction names replaced by
-their order of definition, names read from outside the block by their order of first use, called
-computations by the canonical text of their bodies. A layer whose baseline *and* distributed
-canonical texts (and the shapes of what they read from outside) equal those of an earlier layer
-is folded: its lines are blanked, and each instruction that is read from outside the block is
-replaced, on its own line, by a placeholder ``custom-call`` naming the outside values its
-cone reads. Line numbers never move, so every location in an error stays right.
+canonical text: instruction names replaced by their order of definition, operands read from
+outside the block by their order of first use, metadata and channel id numbers dropped
+(value-neutral), callees by the canonical text of their bodies; every other attribute value
+as written, names inside it included, as the verifier's signatures keep it. A layer whose
+baseline *and* distributed canonical texts (and the shapes of what they read from outside)
+equal those of an earlier layer is folded: its lines are blanked, and each instruction that is
+read from outside the block is replaced, on its own line, by a placeholder ``custom-call``
+naming the outside values its cone reads. Line numbers never move, so every location in an
+error stays right.
 
 The verifier relates a folded layer's outputs by proving the block itself (its own lines cut
 out of the original text, outside values as parameters) under the facts its inputs carry — or
@@ -19,6 +21,13 @@ facts. Equal canonical texts mean the same computation up to names, so a reused 
 proof of this block. Whenever the text is not in the printer's regular form (a line this pass
 does not read, a use before its definition, a name defined twice), nothing is folded and the
 full parser sees everything, with its located errors.
+
+Soundness rests on three rules (issue 19): the fold reads text exactly as the parser does where
+it drops or renames anything (names by the parser's name pattern, attributes by its attribute
+scanner, metadata, channel ids and callees by its readers; text they refuse is never folded, so
+the parser still refuses it); its notion of the result is the parser's (the ROOT, else the last
+instruction), which is never blanked; and what it blanks is only what a folded layer stands for
+(dead lines and computations no line calls stay for the parser to read).
 """
 
 from __future__ import annotations
@@ -27,58 +36,218 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .parser import _ScanError, _strip_comments
+from .parser import (
+    _CALL_KEYS,
+    _FAST_ATTR,
+    _LINE_END,
+    _METADATA_FULL,
+    _READERS,
+    _STRING_1L,
+    _read_int,
+    _read_metadata,
+    _ScanError,
+    _strip_comments,
+    _unquote,
+    _value_end,
+)
+from .parser import _NAME as _PARSER_NAME
 
 FOLD_TARGET = "shardproof.folded-layer"
 
+# A name as the parser reads it (its own pattern, without the optional '%'): ASCII letters,
+# digits, '_', '.', '-', not starting with '.' or '-'. Anything else is not a name here either,
+# so a line the parser would refuse never matches and nothing is folded.
+_N = _PARSER_NAME.pattern.removeprefix("%?(").removesuffix(")")
+assert _N == r"[A-Za-z0-9_][A-Za-z0-9_.\-]*", _N
 _STR = r'"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"'
 _ARRAY_SHAPE = r"[a-z][a-z0-9]*\[[0-9,]*\](?:\{[^{}\n]*\})?"
 _TUPLE_SHAPE = r"\((?:[^()\n]|\((?:[^()\n]|\([^()\n]*\))*\))*\)"
 _SHAPE = f"(?:{_TUPLE_SHAPE}|{_ARRAY_SHAPE})"
-_NAME = r"%[\w.\-]+"
-_META = rf",[ \t]*metadata=\{{(?:[^{{}}\"\n]++|{_STR}|\{{[^{{}}\n]*\}})*+\}}"
+_NAME = rf"%{_N}"
 _OPERANDS = rf"(?:(?:{_SHAPE} )?{_NAME}(?:, (?:{_SHAPE} )?{_NAME})*)?"
-# One entry instruction as XLA's printer writes it: name, shape, then either a constant's
-# literal / a parameter's number, or an opcode whose operands are all %names (with or without
-# their shapes), then the attributes. Anything else is not folded.
+# One instruction as XLA's printer writes it: name, shape, then either a constant's literal /
+# a parameter's number, or an opcode whose operands are all %names (with or without their
+# shapes), then the attributes (read by the parser's own attribute scanner). Anything else is
+# not folded.
 _LINE = re.compile(
-    rf"(\s*)(ROOT\s+)?%([\w.\-]+) = ({_SHAPE}) "
+    rf"(\s*)(ROOT\s+)?%({_N}) = ({_SHAPE}) "
     rf"(?:(constant|parameter)\(((?:[^()\n]|\([^()\n]*\))*)\)|([a-z][a-z0-9\-]*)\(({_OPERANDS})\))"
     r"((?:,.*)?)\Z"
 )
-_COMP_HEAD = re.compile(r"(ENTRY\s+)?%?([\w.\-]+)\s*(.*?)\s*\{\s*\Z")
-_DEFINED = re.compile(r"\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=")
-_ARG_NAME = re.compile(r"%([\w.\-]+)")
-_REF = re.compile(rf"{_STR}|%([\w.\-]+)")
-# Canonical text in one left-to-right pass: a string is kept whole (so nothing inside it is
-# read as metadata or a name); metadata and channel ids (value-neutral) are dropped; names
-# are renamed.
-# Metadata is dropped only where it ends the line (the printer's place for it); anywhere else
-# it may sit inside another attribute's value and stays.
-_TOKEN = re.compile(rf"({_STR})|({_META})(?=\n|\Z)|%([\w.\-]+)")
-_META_RE = re.compile(_META)
-_SPLIT = re.compile(r"%([\w.\-]+)")
-# A channel id's number is value-neutral; whether there is one is kept (it changes what the
-# replica groups of a collective mean).
-_CHANNEL = re.compile(r"(,[ \t]*channel_id=)\d+")
-_STR_AT = re.compile(_STR)
-_PARAM_NAME = re.compile(r"([\w.\-]+):\s")
+_COMP_HEAD = re.compile(rf"(ENTRY\s+)?%?({_N})\s*(.*?)\s*\{{\s*\Z")
+_DEFINED = re.compile(rf"\s*(?:ROOT\s+)?%?({_N})\s*=")
+_ARG_NAME = re.compile(rf"%({_N})")
+_REF = re.compile(rf"{_STR}|%({_N})")
+_PARAM_NAME = re.compile(rf"({_N}):\s")
+
+
+class _Refuse(Exception):
+    """Text the fold cannot vouch for (the parser might refuse it): fold nothing."""
+
+
+# Metadata is value-neutral, so it is dropped from the canonical text; but only after the
+# parser's own reader accepted it (else the parser would refuse the line, and a folded copy of
+# it would hide that). Shared by both sides; metadata repeats a lot.
+_METADATA_OK: dict[str, str | None] = {}
+
+
+def _metadata_op_name(raw: str) -> str | None:
+    """op_name of metadata ``raw`` as the parser reads it; None when the parser refuses it."""
+    got = _METADATA_OK.get(raw, False)
+    if got is not False:
+        return got
+    op_name: str | None = None
+    # The common form, checked for less than the reader costs: the parser's whole-metadata
+    # pattern, and every integer field an integer (stricter than the parser: it also looks
+    # inside strings). The op_name found by text only names the layer (a cut, never a proof).
+    if _METADATA_FULL.match(raw) and _BAD_INT.search(raw) is None and raw.count("op_name=") <= 1:
+        at = raw.find('op_name="')
+        if at < 0 and "op_name=" not in raw:
+            op_name = ""
+        elif at > 0 and raw[at - 1] in "{ \t" and (m := _STRING_1L.match(raw, at + 8)) is not None:
+            op_name = _unquote(m.group(0))
+    if op_name is None:
+        try:
+            op_name = _read_metadata(raw).op_name
+        except (_ScanError, ValueError, TypeError):
+            op_name = None
+    if len(_METADATA_OK) > 200_000:
+        _METADATA_OK.clear()
+    _METADATA_OK[raw] = op_name
+    return op_name
+
+
+_BAD_INT = re.compile(r"(?:source_line|stack_frame_id)=(?!-?\d+[\s}])")
+
+
+def _attributes(rest: str) -> list[tuple[str, str]] | None:
+    """``, key=value`` pairs of one line, scanned as the parser scans them (its fast pattern,
+    its value scanner for deeper nesting); None when the parser would not read them so."""
+    out: list[tuple[str, str]] = []
+    pos, n = 0, len(rest)
+    while True:
+        m = _FAST_ATTR.match(rest, pos)
+        if m is None:
+            break
+        vstart, vend = m.span(2)
+        if vend < n and rest[vend] in '{[("':
+            try:
+                vend = _value_end(rest, vstart)
+            except _ScanError:
+                return None
+        out.append((m.group(1), rest[vstart:vend]))
+        pos = vend
+    end = _LINE_END.match(rest, pos)
+    if end is None or end.end() != n:
+        return None
+    return out
+
+
+# Attributes the canonical text reads through a reader of its own (every other attribute is
+# kept verbatim, %names and all, as the verifier's signature keeps it):
+#   metadata: dropped, once the parser's reader accepts it (value-neutral);
+#   channel_id: its number dropped once it reads as the parser's integer (whether there is one
+#     is kept: it changes what the replica groups of a collective mean);
+#   to_apply, calls, ... (the parser's call keys): callees by the canonical text of their
+#     bodies (the verifier reads reducers and comparators by their bodies too).
+_Attr = str | tuple[str, list[str], bool]  # verbatim text, or (key, callees, written as a list)
+
+
+def _read_attrs(rest: str) -> tuple[list[_Attr], str, str, list[str]] | None:
+    """(canonical attribute pieces, metadata op_name, metadata raw, callees); None when the
+    parser would refuse the attributes. Scanning is left to right and a value never runs past
+    a top-level ',', so the attributes before a trailing metadata (the printer's place for it)
+    are scanned on their own and their reading is shared by every line that repeats them."""
+    at = rest.rfind(", metadata={")
+    head, tail = (rest[:at], rest[at:]) if at >= 0 else (rest, "")
+    if head in _HEADS:
+        got = _HEADS[head]
+    else:
+        got = _read_head(head)
+        if len(_HEADS) > 100_000:
+            _HEADS.clear()
+        _HEADS[head] = got
+    m = _FAST_ATTR.match(tail) if tail and got is not None else None
+    if got is not None and m is not None and m.end() == len(tail) and m.group(1) == "metadata" and "metadata" not in got[1]:
+        pieces, keys, callees = got
+        meta = m.group(2)
+    elif got is not None and not tail:
+        pieces, keys, callees = got
+        meta = keys.get("metadata", "")
+    else:
+        # Not the common form (or the cut fell inside a value): scan the whole line.
+        full = _read_head(rest)
+        if full is None:
+            return None
+        pieces, keys, callees = full
+        meta = keys.get("metadata", "")
+    op_name = ""
+    if meta:
+        got_name = _metadata_op_name(meta)
+        if got_name is None:
+            return None
+        op_name = got_name
+    return pieces, op_name, meta, callees
+
+
+_Head = tuple[list[_Attr], dict[str, str], list[str]]
+_HEADS: dict[str, _Head | None] = {}
 
 LEAF_OPS = frozenset({"parameter", "constant", "iota", "replica-id", "partition-id"})
 COPIED_LEAVES = frozenset({"constant", "iota", "replica-id", "partition-id"})
 
 
+def _read_head(rest: str) -> _Head | None:
+    """Canonical pieces, raw value by key, and callees of attributes ``rest``; None when the
+    parser would refuse them."""
+    attrs = _attributes(rest) if rest else []
+    if attrs is None:
+        return None
+    pieces: list[_Attr] = []
+    keys: dict[str, str] = {}
+    callees: list[str] = []
+    for key, raw in attrs:
+        if key in keys:
+            return None  # the parser refuses a duplicate attribute
+        keys[key] = raw
+        if key == "metadata":
+            if _metadata_op_name(raw) is None:
+                return None
+        elif key == "channel_id":
+            try:
+                _read_int(raw)
+            except (_ScanError, ValueError):
+                return None
+            pieces.append(",channel_id=N")
+        elif key in _CALL_KEYS:
+            try:
+                value = _READERS[key](raw)
+            except (_ScanError, ValueError):
+                return None
+            names = [value] if isinstance(value, str) else list(value)
+            callees += names
+            pieces.append((key, names, not isinstance(value, str)))
+        else:
+            pieces.append(f",{key}={raw}")
+    if not callees and len(pieces) > 1:
+        pieces = ["".join(pieces)]  # type: ignore[list-item]
+    return pieces, keys, callees
+
+
 @dataclass(slots=True)
 class _Ins:
     line: int  # 0-based line number
-    core: str  # the line without its metadata (when that is certain to be metadata)
     name: str
     shape: str
     opcode: str
     operands: list[str]
-    refs: list[str]  # every %name of the line outside strings (operands, called computations, ...)
+    refs: list[str]  # operands, then the computations the line calls
     op_name: str
     root: bool
+    body: str  # canonical text after the opcode: operands (with shapes) or literal, verbatim
+    attrs: list[_Attr]  # canonical attribute pieces (_read_attrs)
+    meta: str  # the metadata value as written ("" when none)
+    commented: bool  # a comment sat on the line: never folded (the parser reads it otherwise)
 
 
 @dataclass
@@ -90,6 +259,8 @@ class _Side:
     comps: dict[str, tuple[int, int]]  # computation name -> (header line, closing line)
     copied: set[str]  # leaves and literal cones: copied into every block that reads them
     label: dict[str, int]
+    original: list[str]  # the lines as written (comments kept)
+    calls: dict[str, list[str]]  # instruction -> the computations it calls (when any)
 
 
 @dataclass
@@ -173,8 +344,12 @@ def _without_comments(text: str) -> str | None:
         return None
 
 
-def _unquote(s: str) -> str:
-    return s[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+def _read_line(line: str) -> tuple[re.Match[str], tuple[list[_Attr], str, str, list[str]]] | None:
+    m = _LINE.match(line)
+    if m is None:
+        return None
+    got = _read_attrs(m.group(9))
+    return None if got is None else (m, got)
 
 
 def _scan(text: str, op_name: Callable[[str, str], str]) -> _Side | None:
@@ -183,6 +358,7 @@ def _scan(text: str, op_name: Callable[[str, str], str]) -> _Side | None:
     if plain is None:
         return None
     lines = plain.split("\n")
+    original = text.split("\n") if plain is not text else lines
     comps: dict[str, tuple[int, int]] = {}
     entry: tuple[int, int] | None = None
     i, n = 0, len(lines)
@@ -217,46 +393,39 @@ def _scan(text: str, op_name: Callable[[str, str], str]) -> _Side | None:
             if d is not None and d.group(1) in comps:
                 return None  # an instruction named like a computation: names would be ambiguous
     instructions: dict[str, _Ins] = {}
+    calls: dict[str, list[str]] = {}
+    roots = 0
     for ln in range(head + 1, close):
         line = lines[ln]
         if not line.strip():
             continue
-        m = _LINE.match(line)
-        if m is None:
+        got = _read_line(line)
+        if got is None:
             return None
-        _, root, name, shape, literal_op, _literal, opcode, args, rest = m.groups()
+        m, (attrs, raw_op_name, meta, callees) = got
+        _, root, name, shape, literal_op, literal, opcode, args, _rest = m.groups()
         if name in instructions or name in comps:
             return None
-        core, meta = line, ""
-        # The printer puts metadata last: cut it off when it runs to the end of the line and
-        # nothing before it opens a string (so the cut is not inside one).
-        at = rest.rfind(", metadata={")
-        if at >= 0 and '"' not in rest[:at]:
-            mm = _META_RE.match(rest, at)
-            if mm is not None and mm.end() == len(rest):
-                meta = rest[at:]
-                rest = rest[:at]
-                core = line[: len(line) - len(meta)]
         operands = _ARG_NAME.findall(args) if args else []
-        refs = operands + ([r for r in _REF.findall(rest) if r] if "%" in rest else [])
-        for r in refs:
-            if r not in instructions and r not in comps:
+        for r in operands:
+            if r not in instructions:
                 return None  # used before its definition (or never defined): the parser says where
-        raw = ""
-        if not meta:
-            mm = _META_RE.search(rest)
-            meta = mm.group(0) if mm else ""
-        if meta:
-            at = meta.find('op_name="')
-            if at >= 0:
-                end = meta.find('"', at + 9)
-                raw = meta[at + 9 : end]
-                if "\\" in raw and (ms := _STR_AT.match(meta, at + 8)) is not None:
-                    raw = _unquote(ms.group(0))
-        instructions[name] = _Ins(ln, core, name, shape, literal_op or opcode, operands, refs, op_name(name, raw), bool(root))
-    if not instructions:
-        return None
-    return _Side(lines, head, close, instructions, comps, set(), {})
+        if callees:
+            calls[name] = callees
+        for c in callees:
+            if c not in comps:
+                return None  # the parser says which computation is missing
+        roots += bool(root)
+        body = f"{literal_op}({literal})" if literal_op else f"{opcode}({args})"
+        commented = original is not lines and original[ln] != line
+        instructions[name] = _Ins(ln, name, shape, literal_op or opcode, operands, operands + callees, op_name(name, raw_op_name), bool(root), body, attrs, meta, commented)
+    if not instructions or roots > 1:
+        return None  # no instruction, or a second ROOT: the parser says where
+    if roots == 0:
+        # The parser's (and XLA's) rule: without a ROOT keyword the last instruction is the
+        # result. The fold's notion of outputs must be exactly that.
+        instructions[next(reversed(instructions))].root = True
+    return _Side(lines, head, close, instructions, comps, set(), {}, original, calls)
 
 
 def _label(side: _Side, pattern: re.Pattern[str]) -> None:
@@ -279,7 +448,8 @@ def _label(side: _Side, pattern: re.Pattern[str]) -> None:
 
 
 class _Canon:
-    """Canonical texts: names by order, computations by the canonical text of their bodies."""
+    """Canonical texts: names by order, computations by the canonical text of their bodies,
+    attributes as _read_attrs reads them (the rest verbatim)."""
 
     def __init__(self, side: _Side) -> None:
         self.side = side
@@ -289,40 +459,59 @@ class _Canon:
     def computation(self, name: str) -> str:
         if name in self.comp_of:
             return self.comp_of[name]
+        self.comp_of[name] = f"@R{name}"  # a recursive call: never shared
         head, close = self.side.comps[name]
         header = _COMP_HEAD.match(self.side.lines[head])
         assert header is not None
         sig = _PARAM_NAME.sub("", header.group(3))
         local: dict[str, str] = {}
-        text = sig + "\n" + self._rename("\n".join(self.side.lines[ln].strip() for ln in range(head + 1, close)), local, "v")
+        out = [sig]
+        for ln in range(head, close + 1):
+            if self.side.original[ln] != self.side.lines[ln]:
+                return self.comp_of[name]  # a comment inside: the parser reads it otherwise
+        for ln in range(head + 1, close):
+            line = self.side.lines[ln]
+            if not line.strip():
+                continue
+            got = _read_line(line)
+            if got is None:
+                return self.comp_of[name]  # not read here: a name of its own, never shared
+            m = got[0]
+            _, root, iname, shape, literal_op, literal, opcode, args, _rest = m.groups()
+            if iname in local:
+                return self.comp_of[name]
+            local[iname] = f"%v{len(local)}"
+            if literal_op:
+                body = f"{literal_op}({literal})"
+            else:
+                def sub(a: re.Match[str]) -> str:
+                    return local.get(a.group(1), f"%?{a.group(1)}")
+
+                body = f"{opcode}({_ARG_NAME.sub(sub, args)})"
+            # As the verifier reads a called body (normalize.body_text): every attribute but
+            # metadata as written, channel ids and callees by name included.
+            read = _read_head(m.group(9))
+            assert read is not None  # _read_line read it
+            written = "".join(f",{k}={v}" for k, v in read[1].items() if k != "metadata")
+            out.append(f"{'ROOT ' if root else ''}{local[iname]} = {shape} {body}{written}")
+        text = "\n".join(out)
         cid = self.comp_ids.setdefault(text, len(self.comp_ids))
         self.comp_of[name] = f"@C{cid}"
         return self.comp_of[name]
 
-    def _rename(self, text: str, local: dict[str, str], prefix: str, ext: dict[str, str] | None = None) -> str:
-        """Rename along the tokens; metadata goes, strings stay whole (nothing inside them is
-        a name or a channel id)."""
-
-        def sub_name(name: str) -> str:
-            if name in self.side.comps:
-                return self.computation(name)
-            if name in local:
-                return local[name]
-            if ext is not None and name in self.side.instructions:
-                return ext.setdefault(name, f"%E{len(ext)}")
-            return local.setdefault(name, f"%{prefix}{len(local)}")
-
-        pieces = _TOKEN.split(text)
-        # split() interleaves text between tokens with the token's groups: (str, meta, name).
+    def attrs(self, attrs: list[_Attr]) -> str:
+        if not attrs:
+            return ""
+        if len(attrs) == 1 and isinstance(attrs[0], str):
+            return attrs[0]
         out = []
-        for i in range(0, len(pieces), 4):
-            out.append(_CHANNEL.sub(r"\1N", pieces[i]))
-            if i + 3 < len(pieces):
-                string, _meta, name = pieces[i + 1 : i + 4]
-                if name is not None:
-                    out.append(sub_name(name))
-                elif string is not None:
-                    out.append(string)
+        for a in attrs:
+            if isinstance(a, str):
+                out.append(a)
+            else:
+                key, names, listed = a
+                ids = ",".join(self.computation(c) for c in names)
+                out.append(f",{key}={{{ids}}}" if listed else f",{key}={ids}")
         return "".join(out)
 
     def block(self, closure: list[str]) -> tuple[str, list[str]]:
@@ -330,29 +519,21 @@ class _Canon:
         local = {name: f"%L{i}" for i, name in enumerate(closure)}
         ext: dict[str, str] = {}
         ins = self.side.instructions
-        comps = self.side.comps
+
+        def sub(a: re.Match[str]) -> str:
+            ref = a.group(1)
+            new = local.get(ref)
+            if new is None:
+                new = ext.get(ref)
+                if new is None:
+                    new = ext[ref] = f"%E{len(ext)}"
+            return new
+
         out = []
         for name in closure:
-            core = ins[name].core.strip()
-            if '"' in core:
-                out.append(self._rename(core, local, "L", ext))
-                continue
-            # No string on the line: every %name is a name; split on them (no callback each).
-            parts = _SPLIT.split(_CHANNEL.sub(r"\1N", core) if "channel_id" in core else core)
-            for i in range(1, len(parts), 2):
-                ref = parts[i]
-                new = local.get(ref)
-                if new is None:
-                    if ref in comps:
-                        new = self.computation(ref)
-                    elif ref in ins:
-                        new = ext.get(ref)
-                        if new is None:
-                            new = ext[ref] = f"%E{len(ext)}"
-                    else:
-                        new = local[ref] = f"%L{len(local)}"
-                parts[i] = new
-            out.append("".join(parts))
+            i = ins[name]
+            body = _ARG_NAME.sub(sub, i.body) if i.operands else i.body
+            out.append(f"{'ROOT ' if i.root else ''}{local[name]} = {i.shape} {body}{self.attrs(i.attrs)}")
         return "\n".join(out), list(ext)
 
 
@@ -407,12 +588,10 @@ def _cone_ext(side: _Side, out: str, closure: set[str], ext: list[str]) -> list[
     return [e for e in ext if e in reads]
 
 
-def _blank_unused_computations(side: _Side, lines: list[str], kept: list[str]) -> None:
-    """Blank the computations no kept instruction calls by %name (they would only cost parsing).
-    A call by a bare name to a blanked computation fails the parse, and check_files then reads
-    the whole pair: never a wrong answer."""
+def _reachable(side: _Side, roots: set[str]) -> set[str]:
+    """The computations ``roots`` are, or call (by %name), transitively."""
     needed: set[str] = set()
-    stack = [r for n in kept for r in side.instructions[n].refs if r in side.comps]
+    stack = list(roots)
     while stack:
         c = stack.pop()
         if c in needed:
@@ -421,8 +600,16 @@ def _blank_unused_computations(side: _Side, lines: list[str], kept: list[str]) -
         head, close = side.comps[c]
         for ln in range(head + 1, close):
             stack.extend(r for r in _REF.findall(side.lines[ln]) if r and r in side.comps and r not in needed)
+    return needed
+
+
+def _blank_unused_computations(side: _Side, lines: list[str], kept: list[str], only: set[str] | None = None) -> None:
+    """Blank the computations no kept instruction calls by %name (they would only cost parsing),
+    among ``only`` when given. A call by a bare name to a blanked computation fails the parse,
+    and check_files then reads the whole pair: never a wrong answer."""
+    needed = _reachable(side, {r for n in kept for r in side.instructions[n].refs if r in side.comps})
     for c, (head, close) in side.comps.items():
-        if c not in needed:
+        if c not in needed and (only is None or c in only):
             for ln in range(head, close + 1):
                 lines[ln] = ""
 
@@ -455,6 +642,8 @@ def fold(baseline: str, distributed: str, op_names: dict[str, Callable[[str, str
             local = {n: i for i, n in enumerate(closure)}
             shapes = {e: s.instructions[e].shape for e in ext} | {o: s.instructions[o].shape for o in outs}
             key_parts += [text, "|".join(shapes[e] for e in ext), ",".join(str(local[o]) for o in outs)]
+            if any(s.instructions[x].commented for x in closure):
+                key_parts.append(f"commented layer {k}")  # read by the parser alone: never shared
             parts[side] = FoldedSide(ext, outs, closure, shapes)
         key = "\n\x00".join(key_parts)
         if key not in classes:
@@ -469,9 +658,14 @@ def fold(baseline: str, distributed: str, op_names: dict[str, Callable[[str, str
     for side, s in sides.items():
         lines = list(s.lines)
         kept_names = set(s.instructions)
+        # What a folded layer's lines read (its copied leaves, the computations it calls) may be
+        # blanked only when no kept line reads it; anything else stays, dead code included, so
+        # the parser still reads (and refuses) all the text no folded layer stands for.
+        covered: set[str] = set()
         for fl in result.layers.values():
             fs = fl.side(side)
             closure = set(fs.closure)
+            covered.update(fs.closure)
             for name in fs.closure:
                 if name not in s.copied:
                     lines[s.instructions[name].line] = ""
@@ -479,16 +673,16 @@ def fold(baseline: str, distributed: str, op_names: dict[str, Callable[[str, str
             for o in fs.outputs:
                 ins = s.instructions[o]
                 reads = ", ".join(f"%{e}" for e in _cone_ext(s, o, closure, fs.ext))
-                original = s.lines[ins.line]
-                meta = _META_RE.search(original)
-                m = _LINE.match(original)
+                m = _LINE.match(s.lines[ins.line])
                 assert m is not None
-                lines[ins.line] = f"{m.group(1)}{'ROOT ' if ins.root else ''}%{o} = {ins.shape} custom-call({reads}), custom_call_target=\"{FOLD_TARGET}\"{meta.group(0) if meta else ''}"
+                meta = f", metadata={ins.meta}" if ins.meta else ""
+                lines[ins.line] = f"{m.group(1)}{'ROOT ' if ins.root else ''}%{o} = {ins.shape} custom-call({reads}), custom_call_target=\"{FOLD_TARGET}\"{meta}"
         # Copied leaves only folded layers read: blank them too (the parser would only pay).
+        # Never the result (the ROOT, or the last instruction when none is written).
         needed: set[str] = set()
         for name in sorted(kept_names, key=lambda x: -s.instructions[x].line):
             ins = s.instructions[name]
-            if name in s.copied and ins.opcode != "parameter" and name not in needed:
+            if name in s.copied and name in covered and not ins.root and ins.opcode != "parameter" and name not in needed:
                 lines[ins.line] = ""
                 kept_names.discard(name)
                 continue
@@ -500,7 +694,8 @@ def fold(baseline: str, distributed: str, op_names: dict[str, Callable[[str, str
             if name in needed and not lines[s.instructions[name].line]:
                 lines[s.instructions[name].line] = s.lines[s.instructions[name].line]
                 kept_names.add(name)
-        _blank_unused_computations(s, lines, [n for n in kept_names] + [e for fl in result.layers.values() for e in fl.side(side).ext])
+        callees = {c for n, cs in s.calls.items() if n in covered for c in cs}
+        _blank_unused_computations(s, lines, [n for n in kept_names] + [e for fl in result.layers.values() for e in fl.side(side).ext], _reachable(s, callees))
         text = "\n".join(lines)
         if side == "baseline":
             result.baseline_text = text

@@ -21,6 +21,7 @@ import copy
 from dataclasses import replace
 
 from ..ir import Computation, Instruction, Module, Shape
+from .flavours import flatten
 
 REDUCER_OPS = {
     "add": "add",
@@ -136,7 +137,7 @@ def split_tuples(comp: Computation) -> Computation:
         if ins.opcode == "all-reduce" and ins.shape.is_tuple and len(ins.operands) == len(ins.shape.tuple_shapes):
             names = []
             for k, (opnd, shp) in enumerate(zip(ins.operands, ins.shape.tuple_shapes, strict=True)):
-                piece = replace(ins, name=f"{ins.name}.{k}", shape=shp, operands=[opnd], is_root=False)
+                piece = replace(ins, name=f"{ins.name}.{k}", shape=shp, operands=[opnd], is_root=False, origin=ins.origin or ins.name)
                 piece.parsed = dict(ins.parsed)
                 out.append(piece)
                 names.append(piece.name)
@@ -243,7 +244,7 @@ def unmerge_batch_dots(comp: Computation) -> Computation:
             out.append(ins)
             continue
         inner_shape = replace(ins.shape, dims=(xs[0], xs[1], *ins.shape.dims[1:]), layout=None)
-        inner = replace(ins, name=f"{ins.name}.unmerged", shape=inner_shape, operands=[lhs.operands[0], rhs.operands[0]], is_root=False)
+        inner = replace(ins, name=f"{ins.name}.unmerged", shape=inner_shape, operands=[lhs.operands[0], rhs.operands[0]], is_root=False, origin=ins.origin or ins.name)
         inner.parsed = dict(p, lhs_batch_dims=[0, 1], rhs_batch_dims=[0, 1],
                             lhs_contracting_dims=[d + 1 for d in p.get("lhs_contracting_dims", [])],
                             rhs_contracting_dims=[d + 1 for d in p.get("rhs_contracting_dims", [])])
@@ -279,6 +280,7 @@ def dce(comp: Computation) -> Computation:
 def normalize(module: Module, tokens: frozenset[str] = frozenset()) -> Module:
     """Return a new module whose entry computation went through every pass; ``tokens`` names
     the parameters that carry torch-xla's collective token."""
+    module = flatten(module)  # calls, fusions, loops and device ids first (hlo.flavours)
     module = copy.copy(module)
     module.computations = dict(module.computations)
     entry = module.entry

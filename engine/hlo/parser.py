@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import codecs
+import dataclasses
 import os
 import re
 from collections.abc import Callable
@@ -25,8 +26,19 @@ from typing import Any, NoReturn
 
 from ..errors import HloParseError, InputError
 from ..ir import ELEMENT_TYPES, Computation, Instruction, Location, Metadata, Module, Shape
+from .literals import LiteralError, read_scalar, scalar_text
+from .meshgroups import MeshGroupError, mesh_groups
 
-__all__ = ["parse_hlo", "parse_hlo_file"]
+__all__ = ["literal_is_elided", "parse_hlo", "parse_hlo_file"]
+
+
+def literal_is_elided(literal: str | None) -> bool:
+    """True for a constant whose elements the printer left out. XLA's text printer (and so
+    torch-xla's ``_get_xla_tensors_hlo`` and JAX's ``as_text``) writes a literal of more than
+    10 elements as ``{...}`` unless told to print large constants; no literal with values
+    contains ``...``. Such a constant is an unknown value: the analysis relates it to nothing,
+    not even to another elided literal of the same shape (analysis/graph.py)."""
+    return literal is not None and "..." in literal
 
 # --- lexical pieces -------------------------------------------------------------------------
 
@@ -128,6 +140,7 @@ def _balanced_end(s: str, pos: int, multiline: bool = False) -> int:
 def _value_end(s: str, pos: int) -> int:
     """End of an attribute value: a run of non-blank text in which brackets and strings nest."""
     n = len(s)
+    start = pos
     while pos < n:
         m = _FLAT_CHUNK.match(s, pos)
         if m is not None:
@@ -141,6 +154,12 @@ def _value_end(s: str, pos: int) -> int:
             pos = _string_end(s, pos, False)
         else:
             break
+    if s.startswith("mesh[", start):
+        # A mesh replica-group list: ``mesh[..], device_ids=(..) {..}`` (see hlo.meshgroups).
+        if s.startswith(", device_ids=(", pos):
+            pos = _balanced_end(s, pos + len(", device_ids="))
+        if s.startswith(" {", pos):
+            pos = _balanced_end(s, pos + 1)
     return pos
 
 
@@ -301,6 +320,11 @@ def _iota_groups(group_dims: list[int], reshape: list[int], perm: list[int] | No
 
 
 def _read_replica_groups(raw: str) -> list[list[int]]:
+    if raw.startswith("mesh["):
+        try:
+            return mesh_groups(raw)
+        except MeshGroupError as e:
+            raise _ScanError(0, str(e)) from None
     if raw.startswith("["):
         m = _IOTA_GROUPS.match(raw)
         if m is None:
@@ -378,6 +402,69 @@ def _read_metadata(raw: str) -> Metadata:
                 fields[key] = int(value)
         return Metadata(**fields)
     return _read_metadata_slowly(raw)
+
+
+_TABLE_ENTRY = re.compile(r"(\d+)\s+(.*)")
+_TABLE_FIELD = re.compile(r"([A-Za-z_]+)=(-?\d+)")
+
+
+def _table(raw: str) -> dict[int, str]:
+    """A stack-frame table as the parser kept it (``<id> <value>`` lines): id -> value text."""
+    out: dict[int, str] = {}
+    for line in raw.splitlines():
+        m = _TABLE_ENTRY.match(line.strip())
+        if m:
+            out[int(m.group(1))] = m.group(2).strip()
+    return out
+
+
+def _fields(value: str) -> dict[str, int]:
+    return {k: int(v) for k, v in _TABLE_FIELD.findall(value)}
+
+
+def _resolve_stack_frames(header: dict[str, str], computations: dict[str, Computation]) -> None:
+    """Give each instruction's metadata the Python stack its ``stack_frame_id`` names, read from
+    the tables XLA prints after the module header (FileNames, FunctionNames, FileLocations,
+    StackFrames; ids 1-based). The printed ``parent_frame_id`` is the parent's id plus one (0 and
+    1 both mean "outermost"): in a JAX dump of f -> middle -> inner, inner's frame 4 prints
+    parent 4 for middle's frame 3. A dump that prints a parent 0 and never a frame's own id is
+    read as plain ids. Ids that resolve to nothing are skipped (the source then says why)."""
+    if "StackFrames" not in header:
+        return
+    files = {k: _unquote(v) for k, v in _table(header.get("FileNames", "")).items()}
+    functions = {k: _unquote(v) for k, v in _table(header.get("FunctionNames", "")).items()}
+    locations = {k: _fields(v) for k, v in _table(header.get("FileLocations", "")).items()}
+    frames = {k: _fields(v) for k, v in _table(header["StackFrames"]).items()}
+    parents = {k: f.get("parent_frame_id", 0) for k, f in frames.items()}
+    shifted = any(p == k for k, p in parents.items()) or (bool(parents) and min(parents.values()) >= 1)
+    chains: dict[int, tuple[tuple[str, int, str], ...]] = {}
+
+    def chain(frame_id: int) -> tuple[tuple[str, int, str], ...]:
+        if frame_id not in chains:
+            out: list[tuple[str, int, str]] = []
+            seen: set[int] = set()
+            at = frame_id
+            while at in frames and at not in seen:
+                seen.add(at)
+                loc = locations.get(frames[at].get("file_location_id", 0))
+                if loc is None or loc.get("file_name_id", 0) not in files:
+                    break
+                out.append((files[loc["file_name_id"]], loc.get("line", 0), functions.get(loc.get("function_name_id", 0), "")))
+                parent = parents[at]
+                at = parent - 1 if shifted else parent
+            chains[frame_id] = tuple(out)
+        return chains[frame_id]
+
+    resolved: dict[Metadata, Metadata] = {}
+    for comp in computations.values():
+        for ins in comp.instructions:
+            md = ins.metadata
+            if not md.stack_frame_id:
+                continue
+            if md not in resolved:
+                # Metadata compares without frames: key on every field that decides the chain.
+                resolved[md] = dataclasses.replace(md, frames=chain(md.stack_frame_id))
+            ins.metadata = resolved[md]
 
 
 def _read_metadata_slowly(raw: str) -> Metadata:
@@ -766,6 +853,8 @@ class _Parser:
             # Literals are kept verbatim; old XLA may spread a large one over several lines.
             end = self.balanced(self.pos, multiline=True)
             literal = self.raw(self.pos + 1, end - 1).strip()
+            if not shape.dims and not shape.is_tuple:
+                self._check_scalar_literal(shape.dtype, literal, self.pos + 1, name)
             self.pos = end
         elif opcode == "parameter":
             self.pos += 1
@@ -865,6 +954,17 @@ class _Parser:
             is_root=is_root,
             loc=Location(self.path, line, start - self.line_starts[line - 1] + 1),
         )
+
+    def _check_scalar_literal(self, dtype: str, literal: str, pos: int, name: str) -> None:
+        """A scalar constant must be a value of its type (XLA's parser refuses the rest): an
+        integer in the type's range, a float, true/false. Read exactly by hlo.literals."""
+        text = scalar_text(literal)
+        if text is None or "..." in text:
+            return  # elided literals are the elision pass's business
+        try:
+            read_scalar(dtype, text)
+        except LiteralError as e:
+            self.fail(pos, f"constant %{name}: {e}")
 
     def signature(self) -> None:
         """``(p0: f32[], p1: f32[2]) -> f32[]``: checked for form, not kept (the parameter
@@ -1002,6 +1102,7 @@ class _Parser:
                         vpos + (at.start() if at else 0),
                         f"{key} names computation %{callee}, which is not defined (in computation %{comp_name})",
                     )
+        _resolve_stack_frames(header, computations)
         return Module(
             name=module_name, computations=computations, entry_name=entry, header=header, path=self.path
         )

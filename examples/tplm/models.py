@@ -18,6 +18,7 @@ from .llama import Llama, LlamaConfig
 from .moe import expert_parallel
 from .parallel import Parallel
 from .train import TrainStep
+from .ulysses import UlyssesAttention
 
 LLAMA_BUGS = (
     "missing_attn_allreduce", "redundant_mlp_allreduce", "sp_norm_precision", "rotary_precision",
@@ -29,6 +30,7 @@ LLAMA_BUGS = (
 MODEL_LEVEL_BUGS = ("bsh_logits_layout", "ce_on_gathered_logits", "loss_scaled_by_tp")
 DECODE_BUGS = ("decode_local_max",)
 TRAIN_BUGS = ("sp_norm_grad_missing", "sp_norm_grad_twice")
+ULYSSES_BUGS = ("ulysses_batch_split",)
 
 
 def _variant(ctx: BuildContext, known: tuple[str, ...]) -> str | None:
@@ -155,4 +157,20 @@ def train_step(ctx: BuildContext) -> Model:
         plan=llama_plan(cfg, ctx.tp, prefix="model.") | {"model.norm": "sequence_parallel"},
         outputs=["replicate", *({"like": name} for name in names)],
         description="training step: forward, loss, backward, SP norm-gradient all-reduce, SGD update",
+    )
+
+
+def ulysses(ctx: BuildContext) -> Model:
+    """Ulysses sequence-parallel self-attention: sequence-sharded activations, all-to-all to
+    head blocks and back, replicated projections."""
+    bug = _variant(ctx, ULYSSES_BUGS)
+    hidden, heads = ctx.knob("hidden", 64), ctx.knob("heads", 8)
+    batch, seq = ctx.knob("batch", 2), ctx.knob("seq", 8)
+    return Model(
+        baseline=UlyssesAttention(hidden, heads, Parallel()),
+        distributed=lambda rank: UlyssesAttention(hidden, heads, Parallel(ctx.tp, rank, ctx.groups, bug=bug)),
+        inputs=[Input("x", (seq, batch, hidden), shard=0)],
+        plan={name: "replicate" for name in ("q", "k", "v", "out")},
+        outputs=[{"shard": 0}],
+        description="Ulysses sequence-parallel attention (all-to-all sequence <-> heads)",
     )

@@ -70,6 +70,14 @@ def reduce_scatter(x: Tensor, dim: int, groups: Groups) -> Tensor:
     return torch_xla._XLAC._xla_spmd_reduce_scatter("sum", x, 1.0, dim, len(groups[0]), groups)
 
 
+def all_to_all(x: Tensor, split_dim: int, concat_dim: int, groups: Groups) -> Tensor:
+    """Rank j receives piece j (along ``split_dim``) of every rank's ``x``, concatenated along
+    ``concat_dim`` in rank order (xm.all_to_all; the front end gives it a fresh token)."""
+    import torch_xla.core.xla_model as xm
+
+    return xm.all_to_all(x, split_dim, concat_dim, len(groups[0]), groups=groups, pin_layout=False)
+
+
 # ---------------------------------------------------------------------------------------------
 # Conjugate pairs for autograd.
 

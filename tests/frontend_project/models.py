@@ -70,3 +70,25 @@ def allocates(ctx: BuildContext) -> Model:
 
 def not_a_model(ctx: BuildContext) -> object:
     return {"baseline": None}
+
+
+class CosineScale(nn.Module):
+    """x * cos(arange(first, first + 16) * 0.1): torch-xla folds the arange into a 16-element
+    constant, which its text printer elides as ``{...}`` (more than 10 elements)."""
+
+    def __init__(self, first: int) -> None:
+        super().__init__()
+        self.first = first
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * torch.cos(torch.arange(self.first, self.first + 16, device=x.device) * 0.1)  # BUG-SITE: shifted_arange
+
+
+def cosine_scale(ctx: BuildContext) -> Model:
+    # The baseline starts the arange at 0, the variant at 1: two different 16-element constants.
+    first = 1 if ctx.variant == "shifted_arange" else 0
+    return Model(
+        baseline=CosineScale(0),
+        distributed=lambda rank: CosineScale(first),
+        inputs=[Input("x", (4, 16))],
+    )

@@ -56,6 +56,8 @@ def _reduce(reduce_type: str, tensors: list[Tensor]) -> Tensor:
         return stacked.sum(0)
     if reduce_type == models.MAX:
         return stacked.amax(0)
+    if reduce_type == models.MIN:
+        return stacked.amin(0)
     raise ValueError(f"unsupported reduce type {reduce_type!r}")
 
 
@@ -67,7 +69,8 @@ def eager_collectives(rank: int, world: int, exchange: _Exchange) -> models.Coll
         return [everyone[m] for m in _members(rank, world, groups)]
 
     def spmd_all_reduce(reduce_type: str, t: Tensor, scale: float, groups: models.Groups) -> Tensor:
-        return _reduce(reduce_type, group_of(t, groups)) * scale
+        reduced = _reduce(reduce_type, group_of(t, groups))
+        return reduced if scale == 1.0 else reduced * scale  # keeps integer types integers
 
     def spmd_reduce_scatter(
         reduce_type: str, t: Tensor, scale: float, dim: int, count: int, groups: models.Groups
@@ -90,7 +93,19 @@ def eager_collectives(rank: int, world: int, exchange: _Exchange) -> models.Coll
     ) -> Tensor:
         return _reduce(reduce_type, group_of(t, groups)) * scale
 
-    return models.Collectives(spmd_all_reduce, spmd_reduce_scatter, all_gather, all_reduce)
+    def all_to_all(
+        t: Tensor,
+        split_dimension: int,
+        concat_dimension: int,
+        split_count: int,
+        groups: models.Groups | None = None,
+        pin_layout: bool = True,
+    ) -> Tensor:
+        members = _members(rank, world, groups)
+        mine = members.index(rank)
+        return torch.cat([x.chunk(split_count, dim=split_dimension)[mine] for x in group_of(t, groups)], dim=concat_dimension)
+
+    return models.Collectives(spmd_all_reduce, spmd_reduce_scatter, all_gather, all_reduce, all_to_all)
 
 
 def run_ranks(pair: models.Pair, whole: dict[str, Tensor]) -> list[tuple[Tensor, ...]]:

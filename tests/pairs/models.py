@@ -45,6 +45,8 @@ class Collectives:
     spmd_reduce_scatter: Callable[..., Tensor]
     all_gather: Callable[..., Tensor]
     all_reduce: Callable[..., Tensor]
+    # xm.all_to_all(t, split_dimension, concat_dimension, split_count, groups=..., pin_layout=False)
+    all_to_all: Callable[..., Tensor] | None = None
 
 
 # Module-path scopes ("layers.3") for layered models. generate.py installs torch-xla's scope
@@ -686,3 +688,184 @@ def sample_inputs(pair: Pair, seed: int = 0) -> dict[str, Tensor]:
             std = spec.shape[-1] ** -0.5 if spec.name.startswith("w") else 1.0
             out[spec.name] = torch.randn(spec.shape, generator=generator, dtype=spec.dtype) * std
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Greedy decoding over vocab-parallel logits (an LM head whose vocabulary is sharded, as in
+# Megatron): each rank takes the argmax of its slice, moves the index into the whole vocabulary
+# by its rank offset, and the ranks agree on the row's maximum; the lowest index among the
+# ranks holding it wins, as torch.argmax resolves ties. int64 max marks "not mine": the min
+# over the ranks never picks it while some rank holds the maximum.
+
+
+def greedy_argmax_baseline(logits: Tensor) -> tuple[Tensor, ...]:
+    return (torch.argmax(logits, dim=-1),)
+
+
+def greedy_argmax_distributed(
+    cc: Collectives,
+    group: Group,
+    logits: Tensor,
+    rank: Tensor,
+    *,
+    gather: bool = False,
+    bug: str | None = None,
+) -> tuple[Tensor, ...]:
+    v_local = logits.shape[-1]
+    local_max, local_index = logits.max(dim=-1)  # this rank's best token, indexed in its slice
+    # The index in the whole vocabulary: the local index plus the rank's offset r*V/c. The
+    # bug keeps the index within the rank's slice, as if every rank held the whole
+    # vocabulary (torch.argmax on a shard answers within that shard).
+    token = local_index if bug == "bug_argmax_rank_offset" else local_index + rank * v_local
+    row_max = cc.spmd_all_reduce(MAX, local_max, 1.0, group.replica_groups)
+    candidate = torch.where(local_max == row_max, token, torch.iinfo(torch.int64).max)  # BUG-SITE: bug_argmax_rank_offset
+    if gather:
+        # The argmin over the gathered candidates: amin on int64 starts from int64 max.
+        candidates = cc.all_gather(candidate.unsqueeze(-1), -1, groups=group.replica_groups, pin_layout=False)
+        return (candidates.amin(dim=-1),)
+    return (cc.spmd_all_reduce(MIN, candidate, 1.0, group.replica_groups),)
+
+
+def _greedy_argmax(name: str, description: str, **dist: Any) -> Pair:
+    inputs = (
+        Input("logits", (S, VOCAB), "sharded", dim=1),
+        Input("rank", (), "rank", dtype=torch.int32),
+    )
+    return Pair(
+        name, description, 4, inputs, (Output(),), greedy_argmax_baseline,
+        greedy_argmax_distributed, {}, dist,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# T5 relative attention bias with its heads sharded: the bucket of each (query, key) position
+# pair is the same on every rank (integer arithmetic and a float log, converted back to int64),
+# each rank looks up its heads' columns of the bias table. The log's argument is clamped to
+# [1, max_distance], so the float -> int64 convert only ever sees values in [-6, 16]: a bounded
+# convert, whose result is the truncated value in every program.
+
+
+def t5_bucket(q_len: int, k_len: int, device: Any, n_buckets: int, max_distance: int) -> Tensor:
+    context = torch.arange(q_len, device=device)[:, None]
+    memory = torch.arange(k_len, device=device)[None, :]
+    relative = memory - context
+    half = n_buckets // 2  # bidirectional: one half of the buckets for each direction
+    buckets = (relative > 0).long() * half
+    relative = relative.abs()
+    max_exact = half // 2
+    is_small = relative < max_exact
+    scaled = torch.log(relative.clamp(1, max_distance).float() / max_exact) / math.log(max_distance / max_exact)
+    large = max_exact + (scaled * (half - max_exact)).long()
+    large = torch.min(large, torch.full_like(large, half - 1))
+    return buckets + torch.where(is_small, relative, large)
+
+
+def t5_bias_baseline(table: Tensor, *, n_buckets: int, max_distance: int) -> tuple[Tensor, ...]:
+    bucket = t5_bucket(S, S, table.device, n_buckets, max_distance)
+    return (F.embedding(bucket, table).permute(2, 0, 1),)
+
+
+def t5_bias_distributed(
+    cc: Collectives, group: Group, table: Tensor, *, n_buckets: int, max_distance: int
+) -> tuple[Tensor, ...]:
+    bucket = t5_bucket(S, S, table.device, n_buckets, max_distance)
+    return (F.embedding(bucket, table).permute(2, 0, 1),)  # this rank's heads
+
+
+MIN = "min"  # torch_xla.core.xla_model.REDUCE_MIN
+
+PAIRS.update(
+    (p.name, p)
+    for p in (
+        _greedy_argmax(
+            "greedy_argmax_tp4",
+            "Greedy decoding over vocab-parallel logits: local argmax (variadic reduce) plus "
+            "the rank offset, all-reduce(max) of the local maxima, the ranks holding the "
+            "maximum offer their index (others int64 max), all-reduce(min): the lowest index.",
+        ),
+        _greedy_argmax(
+            "greedy_argmax_gather_tp4",
+            "Vocab-parallel greedy argmax whose ranks all-gather their candidates and take the "
+            "min with amin on int64 (a reduce from int64 max, 9223372036854775807).",
+            gather=True,
+        ),
+        _greedy_argmax(
+            "bug_argmax_rank_offset",
+            "Vocab-parallel greedy argmax whose local index is not moved by the rank offset "
+            "r*V/c: every rank reports an index within its own slice.",
+            bug="bug_argmax_rank_offset",
+        ),
+        Pair(
+            "t5_relative_bias_tp4",
+            "T5 relative attention bias, heads sharded: bucketed relative positions (a log of "
+            "the clamped distance converted f32 -> int64), the rank's columns of the bias table.",
+            4,
+            (Input("table", (32, 8), "sharded", dim=1),),
+            (Output("sharded", 0),),
+            t5_bias_baseline,
+            t5_bias_distributed,
+            {"n_buckets": 32, "max_distance": 128},
+        ),
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Ulysses sequence parallelism (DeepSpeed-Ulysses): the ranks hold sequence blocks of
+# (b, s, heads, hd); an all-to-all re-shards to head blocks of the whole sequence, attention runs
+# per head, and a second all-to-all re-shards back to sequence blocks. The bug is DeepSpeed #5808:
+# the sequence-parallel all-to-all of a (b*s/c, ...) tensor concatenates the received blocks
+# along the merged batch-sequence dim, so for batch > 1 the batch rows and the sequence blocks
+# interleave (right only when b == 1).
+
+U_BATCH, U_SEQ, U_HEADS, U_HD = 2, 8, 8, 4
+
+
+def ulysses_baseline(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, ...]:
+    hd = q.shape[-1]
+    ctx = head_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), 1.0 / math.sqrt(hd))
+    return (ctx.transpose(1, 2),)
+
+
+def ulysses_distributed(
+    cc: Collectives, group: Group, q: Tensor, k: Tensor, v: Tensor, *, bug: str | None = None
+) -> tuple[Tensor, ...]:
+    assert cc.all_to_all is not None
+    c, groups = group.size, group.replica_groups
+    b, s_local, heads, hd = q.shape
+    if bug == "bug_ulysses_batch_split":
+        # (b, s/c, h, d) seen as (b*s/c, h, d): the received sequence blocks land after the
+        # whole batch, in rank-major order, and the view back to (b, s, h/c, d) mixes them.
+        merged = [t.reshape(b * s_local, heads, hd) for t in (q, k, v)]  # BUG-SITE: bug_ulysses_batch_split
+        moved = [cc.all_to_all(t, 1, 0, c, groups=groups, pin_layout=False) for t in merged]
+        q, k, v = (t.reshape(b, s_local * c, heads // c, hd) for t in moved)
+    else:
+        # heads split over the ranks (dim 2), sequence blocks concatenated (dim 1)
+        q, k, v = (cc.all_to_all(t, 2, 1, c, groups=groups, pin_layout=False) for t in (q, k, v))
+    ctx = head_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), 1.0 / math.sqrt(hd))
+    out = cc.all_to_all(ctx.transpose(1, 2), 1, 2, c, groups=groups, pin_layout=False)  # back to sequence blocks
+    return (out,)
+
+
+def _ulysses(name: str, description: str, **dist: Any) -> Pair:
+    shape = (U_BATCH, U_SEQ, U_HEADS, U_HD)
+    inputs = tuple(Input(n, shape, "sharded", dim=1) for n in ("q", "k", "v"))
+    return Pair(name, description, 4, inputs, (Output("sharded", 1),), ulysses_baseline, ulysses_distributed, {}, dist)
+
+
+PAIRS.update(
+    (p.name, p)
+    for p in (
+        _ulysses(
+            "ulysses_attention_tp4",
+            "Ulysses sequence-parallel attention: all-to-all from sequence blocks to head blocks, "
+            "attention per head over the whole sequence, all-to-all back to sequence blocks.",
+        ),
+        _ulysses(
+            "bug_ulysses_batch_split",
+            "DeepSpeed #5808: the Ulysses all-to-all concatenates along the merged (batch x "
+            "sequence) dim, so with batch > 1 batch rows and sequence blocks interleave.",
+            bug="bug_ulysses_batch_split",
+        ),
+    )
+)

@@ -1,0 +1,196 @@
+"""Value ranges of instructions, for the one question the analysis needs them for: does a
+float->int convert only ever see values inside the int type (where its result is the truncated
+value, the same in every program), or may it see others (implementation-defined: XLA:CPU gives
+different results for the same out-of-range value in differently vectorized programs)?
+
+``value_range`` returns an interval [lo, hi] that holds every value an instruction takes on
+every input, for int and float element types; endpoints may be ±inf (unbounded). Literals are
+read exactly (hlo.literals). Interval arithmetic covers the ops bounded values flow through in
+practice (int->float converts of positions, clamps, min/max, abs, floor/ceil/round, the four
+arithmetic ops, log/exp/sqrt/tanh/logistic, select, and the ops that only move values).
+Converts round their endpoints to the type (rounding is monotone); the endpoints of rounded
+arithmetic are widened by a few ulps of the type, so a computed bound is never tighter than
+the true one. NaN: a NaN makes no interval (an
+operation that may produce one, inf - inf say, is unbounded), and NaN inputs are outside the
+proof (README, Semantics): a verified pair agrees where neither program makes a NaN.
+Integer ops whose exact result may leave the type wrap: their range is the whole type.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from ..hlo.literals import FLOAT_MAX, INT_BITS, int_range, round_to, scalar_value
+from ..ir import Instruction, Module
+
+Range = tuple[float, float]  # int endpoints (exact) for int types, floats (maybe ±inf) for floats
+FULL: Range = (-math.inf, math.inf)
+MAX_DEPTH = 48
+
+
+# Relative widening after a rounded float op: 4 ulps of the type (the op rounds by half an ulp,
+# our endpoint arithmetic in doubles by half an ulp of f64), plus the smallest denormal.
+_SLACK = {"f16": 2.0**-8, "bf16": 2.0**-5, "f32": 2.0**-21, "f64": 2.0**-50}
+_ARITH = frozenset({"add", "subtract", "multiply", "divide", "log", "exponential", "sqrt"})
+
+
+def _widen(dtype: str, r: Range) -> Range:
+    lo, hi = r
+    e = _SLACK[dtype]
+    return (lo - abs(lo) * e - 5e-324 if math.isfinite(lo) else lo, hi + abs(hi) * e + 5e-324 if math.isfinite(hi) else hi)
+
+
+def _type_range(dtype: str) -> Range:
+    if dtype in INT_BITS:
+        return int_range(dtype)
+    if dtype == "pred":
+        return (0, 1)
+    return FULL
+
+
+def _clip(dtype: str, r: Range) -> Range:
+    """An int op's exact result range, or the whole type when it may wrap; a float's range
+    beyond the type's largest value becomes ±inf (the op overflows to infinity there)."""
+    if dtype in INT_BITS:
+        tlo, thi = _type_range(dtype)
+        return r if tlo <= r[0] and r[1] <= thi else (tlo, thi)
+    if dtype in FLOAT_MAX:
+        m = FLOAT_MAX[dtype]
+        return (r[0] if r[0] >= -m else -math.inf, r[1] if r[1] <= m else math.inf)
+    return r
+
+
+def _mul(a: Range, b: Range) -> Range | None:
+    prods = []
+    for x in a:
+        for y in b:
+            p = x * y
+            if math.isnan(p):  # 0 * inf: unbounded (or NaN)
+                return None
+            prods.append(p)
+    return (min(prods), max(prods))
+
+
+def _div(a: Range, b: Range) -> Range | None:
+    if b[0] <= 0 <= b[1]:
+        return None  # a divisor that may be 0 (or change sign): unbounded
+    return _mul(a, (1 / b[1], 1 / b[0]))
+
+
+def _safe(f: Callable[[float], float], x: float, below: float) -> float:
+    try:
+        return f(x)
+    except (OverflowError, ValueError):
+        return below
+
+
+class Ranges:
+    """value_range with a memo, for one module."""
+
+    def __init__(self, module: Module) -> None:
+        self.module = module
+        self.memo: dict[str, Range] = {}
+
+    def of(self, ins: Instruction, depth: int = 0) -> Range:
+        got = self.memo.get(ins.name)
+        if got is not None:
+            return got
+        r = self._compute(ins, depth) if depth < MAX_DEPTH else FULL
+        r = _type_range(ins.shape.dtype) if r is None else r
+        if ins.shape.dtype in INT_BITS:
+            tlo, thi = _type_range(ins.shape.dtype)
+            r = (max(r[0], tlo), min(r[1], thi))
+        elif ins.shape.dtype in FLOAT_MAX and ins.opcode in _ARITH:
+            r = _clip(ins.shape.dtype, _widen(ins.shape.dtype, r))
+        self.memo[ins.name] = r
+        return r
+
+    def _compute(self, ins: Instruction, depth: int) -> Range | None:
+        op, dtype = ins.opcode, ins.shape.dtype
+        if dtype not in INT_BITS and dtype not in FLOAT_MAX:
+            return None
+        if op == "constant":
+            v = scalar_value(dtype, ins.literal) if not ins.shape.dims else None
+            if v is None or isinstance(v, bool) or (isinstance(v, float) and math.isnan(v)):
+                return None
+            return (v, v)
+        if op == "iota":
+            d = ins.parsed.get("iota_dimension")
+            if isinstance(d, int) and 0 <= d < len(ins.shape.dims):
+                return (0, max(ins.shape.dims[d] - 1, 0))
+            return None
+        src = [self.module.entry.get(o) for o in ins.operands]
+        if not src or any(s is None for s in src):
+            return None
+        rs = [self.of(s, depth + 1) for s in src]  # type: ignore[arg-type]
+        a = rs[0]
+        if op in ("reshape", "broadcast", "copy", "transpose", "slice", "reverse", "dynamic-slice", "gather"):
+            return a
+        if op == "convert":
+            s = src[0]
+            assert s is not None
+            if s.shape.dtype == "pred":
+                return (0, 1)
+            if dtype in FLOAT_MAX:
+                # Rounding to the type is monotone: the rounded endpoints bound the rounded values.
+                return (round_to(dtype, float(a[0])), round_to(dtype, float(a[1])))
+            # int destination: exact when the source range fits (truncation toward zero).
+            lo, hi = math.trunc(a[0]) if math.isfinite(a[0]) else a[0], math.trunc(a[1]) if math.isfinite(a[1]) else a[1]
+            return _clip(dtype, (lo, hi))
+        if op == "concatenate":
+            return (min(r[0] for r in rs), max(r[1] for r in rs))
+        if op == "select" and len(rs) == 3:
+            return (min(rs[1][0], rs[2][0]), max(rs[1][1], rs[2][1]))
+        if op == "clamp" and len(rs) == 3:
+            lo, x, hi = rs  # clamp(lo, x, hi) = min(max(x, lo), hi)
+            return (min(max(x[0], lo[0]), hi[0]), min(max(x[1], lo[1]), hi[1]))
+        if op == "maximum" and len(rs) == 2:
+            return (max(rs[0][0], rs[1][0]), max(rs[0][1], rs[1][1]))
+        if op == "minimum" and len(rs) == 2:
+            return (min(rs[0][0], rs[1][0]), min(rs[0][1], rs[1][1]))
+        if op == "negate":
+            return _clip(dtype, (-a[1], -a[0]))
+        if op == "abs":
+            lo = 0.0 if a[0] <= 0 <= a[1] else min(abs(a[0]), abs(a[1]))
+            return _clip(dtype, (lo, max(abs(a[0]), abs(a[1]))))
+        if op in ("floor", "ceil", "round-nearest-afz", "round-nearest-even"):
+            return (math.floor(a[0]) if math.isfinite(a[0]) else a[0], math.ceil(a[1]) if math.isfinite(a[1]) else a[1])
+        if op == "add" and len(rs) == 2:
+            lo, hi = a[0] + rs[1][0], a[1] + rs[1][1]
+            return None if math.isnan(lo) or math.isnan(hi) else _clip(dtype, (lo, hi))
+        if op == "subtract" and len(rs) == 2:
+            lo, hi = a[0] - rs[1][1], a[1] - rs[1][0]
+            return None if math.isnan(lo) or math.isnan(hi) else _clip(dtype, (lo, hi))
+        if op == "multiply" and len(rs) == 2:
+            m = _mul(a, rs[1])
+            return None if m is None else _clip(dtype, m)
+        if op == "divide" and len(rs) == 2 and dtype in FLOAT_MAX:
+            q = _div(a, rs[1])
+            return None if q is None else _clip(dtype, q)
+        if dtype not in FLOAT_MAX:
+            return None
+        if op == "log":
+            # log of a negative value is NaN (outside the proof); log(0) = -inf.
+            lo = _safe(math.log, a[0], -math.inf) if a[0] > 0 else -math.inf
+            hi = _safe(math.log, a[1], math.inf) if a[1] > 0 else -math.inf
+            return (lo, hi)
+        if op == "exponential":
+            return (_safe(math.exp, a[0], 0.0), _safe(math.exp, a[1], math.inf) if a[1] < math.inf else math.inf)
+        if op == "sqrt":
+            return (math.sqrt(max(a[0], 0.0)), math.sqrt(a[1]) if a[1] >= 0 else 0.0)
+        if op == "tanh":
+            return (-1.0, 1.0)
+        if op == "logistic":
+            return (0.0, 1.0)
+        return None
+
+
+def fits_int(ranges: Ranges, src: Instruction, dtype: str) -> bool:
+    """Every value of float ``src`` converts to int ``dtype`` in range: truncated toward zero,
+    it lies in [type min, type max], i.e. the value lies strictly inside (min - 1, max + 1)."""
+    if dtype not in INT_BITS:
+        return False
+    lo, hi = ranges.of(src)
+    tlo, thi = int_range(dtype)
+    return float(tlo) - 1 < lo and hi < float(thi) + 1

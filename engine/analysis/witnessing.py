@@ -1,0 +1,255 @@
+"""The numeric witness applied to a verdict (engine.witness executes; this module decides).
+
+- ``diverged``: the witness executes the pair with the frontier instructions and their baseline
+  counterparts as extra outputs. An output that differs on some seed (also in f64) confirms the
+  verdict (``witness.status = confirmed``, with the output, errors, one element and the seed).
+  Every output equal on every seed: the rules stopped, no bug shows — verdict ``unproven``,
+  naming where the rules stopped. Frontier entries whose expected relation holds numerically
+  are rule gaps; the first that really differs is reported first, as *the* divergence.
+- A pair above the memory budget is not executed: ``diverged``, ``unconfirmed``. Each diverging
+  instruction is then cut out alone, its operands parameters seeded with their proven relations
+  (from the run's facts), and executed: a difference there confirms the verdict at that line.
+- ``--witness always``: a verified pair is executed too; a difference is a soundness error of
+  the tool (verdict ``error``), never a pass.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import time
+from typing import Any
+
+from ..relations import RelationSpec
+from .verify import DIVERGED, ERROR, INCONCLUSIVE, UNPROVEN, UNSUPPORTED, VERIFIED, Result
+
+MODES = ("auto", "always", "never")
+_SHARDED = re.compile(r"sharded\(dim=(-?\d+)(?:, blocks=\[([0-9, ]*)\])?\)\Z")
+_PARTIAL = re.compile(r"partial\((\w+)\)\Z")
+_RANGE = re.compile(r"value-range\[(-?\d+), (-?\d+)\)\Z")
+
+
+def relations_doc(spec: RelationSpec) -> dict[str, Any]:
+    """The relations file as the witness reads it (the YAML's plain data)."""
+
+    def entry(b: Any) -> dict[str, Any]:
+        e: dict[str, Any] = {"relation": b.relation.kind}
+        if b.baseline is not None:
+            e["baseline"] = b.baseline
+        if b.distributed is not None:
+            e["distributed"] = b.distributed
+        if b.relation.kind == "sharded":
+            e["dim"] = b.relation.dim
+            if b.relation.blocks:
+                e["blocks"] = list(b.relation.blocks)
+        if b.relation.kind == "partial":
+            e["op"] = b.relation.op
+        if b.int_range is not None:
+            e["int_range"] = list(b.int_range)
+        return e
+
+    return {"groups": spec.groups, "inputs": [entry(b) for b in spec.inputs], "outputs": [entry(b) for b in spec.outputs]}
+
+
+def command(paths: dict[str, str], relations: str, seed: int) -> str:
+    return " ".join(["shardproof", "witness", shlex.quote(paths["baseline"]), shlex.quote(paths["distributed"]), "--relations", shlex.quote(relations), "--seed", str(seed)])
+
+
+def _counterpart(d: dict[str, Any]) -> str | None:
+    c = d.get("baseline_counterpart")
+    if not c:
+        return None
+    m = re.match(r"%([\w.\-]+)", c)
+    return m.group(1) if m else None
+
+
+def _where(d: dict[str, Any]) -> str:
+    src = d.get("source") or {}
+    return f"{src['file']}:{src['line']}" if src.get("file") else f"HLO line {d.get('hlo_line')}"
+
+
+def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict[str, str], mode: str = "auto", options: Any = None) -> Result:
+    """Run the witness as ``mode`` asks and set ``result.witness`` (and the verdict it implies)."""
+    if mode == "never" or result.verdict == ERROR:
+        return result
+    if result.verdict == VERIFIED and mode != "always":
+        return result
+    from ..witness.pair import MemoryBudgetError, Probe, WitnessOptions, witness
+
+    options = options or WitnessOptions()
+    t0 = time.perf_counter()
+    doc = relations_doc(spec)
+    probes = []
+    if result.verdict == DIVERGED:
+        probes = [Probe(d["instruction"].lstrip("%"), _counterpart(d)) for d in result.divergences]
+    w: dict[str, Any] = {"status": "skipped", "reason": "", "seeds": [], "trials": 0, "seconds": 0.0, "command": command(paths, spec.path, options.seeds[0]), "outputs": []}
+    result.witness = w
+    try:
+        report = witness(texts["baseline"], texts["distributed"], doc, options, probes)
+    except MemoryBudgetError as e:
+        w["status"] = "unconfirmed" if result.verdict == DIVERGED else "skipped"
+        w["reason"] = f"not executed: {e}"  # "the whole pair was not executed: ..." once a segment confirms
+        if result.verdict == DIVERGED:
+            _confirm_segments(result, spec, texts, options, w)
+            result.reason += f"; {w['reason']}" if w["status"] == "confirmed" else f" (witness {w['status']}: {w['reason']})"
+        w["seconds"] = round(time.perf_counter() - t0, 3)
+        return result
+    except Exception as e:  # XLA:CPU cannot execute the pair (custom-calls of another backend, ...)
+        w["status"] = "error"
+        w["reason"] = f"the witness could not execute the pair: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:500]
+        if result.verdict == DIVERGED:
+            result.reason += " (not confirmed numerically: the witness could not execute the pair)"
+        w["seconds"] = round(time.perf_counter() - t0, 3)
+        return result
+    w["seeds"] = report.seeds
+    w["trials"] = report.trials
+    w["seconds"] = round(time.perf_counter() - t0, 3)
+    w["outputs"] = [c.to_json(spec.outputs[k].distributed if k < len(spec.outputs) else None) for k, c in enumerate(report.outputs)]
+    if report.seed is not None:
+        w["command"] = command(paths, spec.path, report.seed)
+    if report.rounding:
+        w["rounding_seeds"] = report.rounding
+    n = report.trials
+    if not report.equal:
+        bad = next(c for c in report.outputs if not c.allclose)
+        where = f" at {list(bad.index)}" + (f" on rank {bad.rank}" if bad.rank is not None else " (sum over ranks)") if bad.index is not None else ""
+        w["status"] = "confirmed"
+        w["reason"] = (f"output {bad.distributed} ({bad.relation}) differs on seed {report.seed}: max abs err {bad.max_abs_diff:.3g}, max rel err {bad.max_rel_diff:.3g}"
+                       + (f"; element{where}: baseline {bad.baseline_value}, distributed {bad.distributed_value}" if where else "") + (f" ({bad.note})" if bad.note else ""))
+        if result.verdict == VERIFIED:
+            result.verdict = ERROR
+            msg = f"SOUNDNESS ERROR: the rules verified this pair but XLA's CPU runtime finds it different — {w['reason']}. Reproduce: {w['command']}"
+            result.error = {"phase": "witness", "where": f"{paths['baseline']} / {paths['distributed']}", "message": msg}
+            result.reason = msg
+            return result
+        if result.verdict == DIVERGED:
+            _label(result, probes, confirmed=True)
+            result.reason += f"; confirmed numerically: {w['reason']}"
+        elif result.verdict in (UNSUPPORTED, INCONCLUSIVE):
+            result.reason += f" (the witness finds the outputs different: {w['reason']})"
+        return result
+    w["status"] = "equal"
+    w["reason"] = f"every output numerically equal on {n} random input(s) at these shapes"
+    if result.verdict == DIVERGED:
+        _label(result, probes, confirmed=False)
+        first = result.divergences[0] if result.divergences else None
+        missing = "; ".join(f"output {o['index']} lacks {o['expected']} of {o['baseline']}" for o in result.outputs if not o.get("ok"))
+        stop = f"the rules stopped at {first['instruction']} ({first['opcode']}, {_where(first)}): {first['cause']}" if first else "the rules stopped"
+        result.verdict = UNPROVEN
+        result.reason = f"not proven: {stop}; {missing}; numerically equal on {n} random inputs at these shapes"
+    elif result.verdict in (UNSUPPORTED, INCONCLUSIVE):
+        result.reason += f" (numerically equal on {n} random inputs at these shapes)"
+    return result
+
+
+def _label(result: Result, probes: list[Any], confirmed: bool) -> None:
+    """kind and numeric of each divergence; the ones that really differ first."""
+    by_name = {p.distributed: p for p in probes}
+    for d in result.divergences:
+        p = by_name.get(d["instruction"].lstrip("%"))
+        d["numeric"] = None if p is None or p.holds is None else {"holds": bool(p.holds), "detail": p.detail}
+        if p is not None and p.holds is None and p.detail:
+            d["numeric"] = None
+        holds = d["numeric"]["holds"] if d["numeric"] else None
+        d["kind"] = "rule-gap" if not confirmed or holds else "divergence"
+    order = {False: 0, None: 1, True: 2}
+    result.divergences.sort(key=lambda d: order[d["numeric"]["holds"] if d["numeric"] else None])
+
+
+def _segment_relations(result: Result, spec: RelationSpec, d: dict[str, Any], b_ops: list[str], d_ops: list[str]) -> list[dict[str, Any]] | None:
+    """Input entries for a cut-out instruction: each operand bound to a baseline operand by a
+    proven relation the witness can generate (duplicate, sharded, partial, rank); None when an
+    operand has none."""
+    if result.context is None:
+        return None
+    g, facts = result.context
+    b_gid = {}
+    for j, name in enumerate(b_ops):
+        gid = g.by_name.get(("baseline", name))
+        if gid is None:
+            return None
+        b_gid[gid] = j
+    entries: list[dict[str, Any]] = []
+    bound: set[int] = set()
+    for i, name in enumerate(d_ops):
+        gid = g.by_name.get(("distributed", name))
+        if gid is None:
+            return None
+        fs = facts.by_dist.get(gid, [])
+        rng = next((m for f in fs if (m := _RANGE.match(f.relation))), None)
+        entry: dict[str, Any] | None = None
+        if any(f.relation == "rank" for f in fs):
+            entry = {"distributed": i, "relation": "rank"}
+        for f in fs if entry is None else []:
+            js = [b_gid[m] for m in facts.members.get(f.baseline, []) if m in b_gid and b_gid[m] not in bound] if f.baseline >= 0 else []
+            if not js:
+                continue
+            if f.relation == "duplicate":
+                entry = {"relation": "duplicate"}
+            elif (m := _SHARDED.match(f.relation)) is not None:
+                entry = {"relation": "sharded", "dim": int(m.group(1))}
+                if m.group(2):
+                    entry["blocks"] = [int(x) for x in m.group(2).split(",") if x.strip()]
+            elif (m := _PARTIAL.match(f.relation)) is not None:
+                entry = {"relation": "partial", "op": m.group(1)}
+            else:
+                continue
+            entry.update(baseline=js[0], distributed=i)
+            bound.add(js[0])
+            break
+        if entry is None:
+            return None
+        if rng is not None:
+            entry["int_range"] = [int(rng.group(1)), int(rng.group(2))]
+        entries.append(entry)
+    if bound != set(range(len(b_ops))):
+        return None
+    return entries
+
+
+def _confirm_segments(result: Result, spec: RelationSpec, texts: dict[str, str], options: Any, w: dict[str, Any]) -> None:
+    """Execute each diverging instruction alone, its operands seeded with their proven relations;
+    the first that differs from its baseline counterpart confirms the verdict there."""
+    from ..witness.pair import MemoryBudgetError, instruction_differs
+    from ..witness.segment import cut_instruction
+
+    for d in result.divergences:
+        d.setdefault("numeric", None)
+        d.setdefault("kind", "divergence")
+    tried = []
+    for d in result.divergences:
+        name, cname = d["instruction"].lstrip("%"), _counterpart(d)
+        if cname is None:
+            continue
+        try:
+            d_text, d_ops = cut_instruction(texts["distributed"], name)
+            b_text, b_ops = cut_instruction(texts["baseline"], cname)
+        except Exception:  # not an instruction of the text (renamed by the normalizer)
+            continue
+        inputs = _segment_relations(result, spec, d, b_ops, d_ops)
+        if inputs is None:
+            continue
+        try:
+            out = instruction_differs(b_text, d_text, {"groups": spec.groups, "inputs": inputs}, options)
+        except MemoryBudgetError:
+            continue
+        except Exception as e:
+            tried.append(f"{d['instruction']}: {type(e).__name__}")
+            continue
+        if out is None:
+            continue
+        differs, chk, seed, trials, check = out
+        d["numeric"] = {"holds": not differs, "detail": chk}
+        d["kind"] = "divergence" if differs else "rule-gap"
+        if differs:
+            w["status"] = "confirmed"
+            w["seeds"] = [seed]
+            w["trials"] = trials
+            if check is not None:
+                w["outputs"] = [check.to_json(d.get("outputs", [0])[0] if d.get("outputs") else 0) | {"segment": d["instruction"]}]
+            w["segment"] = {"instruction": d["instruction"], "baseline": "%" + cname, "source": _where(d), "op_name": d.get("op_name"), "inputs": inputs}
+            w["reason"] = (f"confirmed on the diverging segment {d['instruction']} ({d['opcode']}, {_where(d)}" + (f", {d['op_name']}" if d.get("op_name") else "")
+                           + f"): on inputs satisfying its operands' proven relations it {chk}; the whole pair was {w['reason']}")
+            break
+    order = {False: 0, None: 1, True: 2}
+    result.divergences.sort(key=lambda x: order[x["numeric"]["holds"] if x.get("numeric") else None])

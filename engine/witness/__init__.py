@@ -1,0 +1,29 @@
+"""The numeric witness: XLA's own CPU runtime executes the baseline on one device and every rank
+of the distributed program (real collectives) on random inputs that satisfy the relations file,
+and compares the outputs under the relations the outputs must have.
+
+It sits below ``engine.analysis`` and knows nothing of facts or rules: it reads HLO text and a
+relations document (the YAML's plain data) and answers with numbers. Modules:
+
+- ``runtime``: jax/jaxlib access (imported lazily, once), reading a module, the
+  replica/partition flavour mapping, channel renumbering, compiling (cached) and executing;
+- ``inputs``: random inputs that satisfy the input relations (and ``int_range``);
+- ``compare``: per-dtype tolerances and the comparison of one output under its relation;
+- ``segment``: cutting instructions out of a text (a diverging instruction with its operands
+  as parameters) and adding extra outputs (numeric localization);
+- ``pair``: the whole witness over several seeds, with the f64 recheck of rounding noise and a
+  memory budget checked before anything executes.
+"""
+
+from .pair import (
+    MemoryBudgetError,
+    PairReport,
+    Probe,
+    WitnessOptions,
+    estimate_bytes,
+    instruction_differs,
+    run_pair,
+    witness,
+)
+
+__all__ = ["MemoryBudgetError", "PairReport", "Probe", "WitnessOptions", "estimate_bytes", "instruction_differs", "run_pair", "witness"]

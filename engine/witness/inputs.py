@@ -1,0 +1,209 @@
+"""Random inputs that satisfy the relations document's input entries.
+
+``groups``: rank groups whose union is ``0..N-1``; rank r of a group is its position in the
+list, c the group size; every group runs the distributed program against the same baseline
+inputs. ``inputs`` entries (parameter number, or name with or without ``%``):
+
+- ``duplicate``: every rank gets the whole baseline input;
+- ``sharded`` (``dim``, optional ``blocks``): rank r gets the r-th of c equal pieces along
+  ``dim``; with ``blocks`` the dim is a concatenation of blocks and rank r gets the r-th piece
+  of each block, concatenated in block order;
+- ``rank`` (distributed only): integer scalar holding the rank's index in its group;
+- ``token`` (distributed only): torch-xla's collective token, 0 at program start;
+- ``partial`` (``op``: ``add`` (default), ``max`` or ``min``): rank r gets a random piece and
+  the baseline input is their sum (max, min). Float pieces of a sum are multiples of 1/8 so the
+  sum is exact in f32/f16/bf16 for moderate magnitudes.
+
+``int_range: [lo, hi)`` on an integer input (default ``[0, 8)``). Floats ~ N(0, 1) in the
+parameter dtype, pred uniform, complex with N(0, 1) parts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .runtime import Param, Program
+
+INPUT_RELATIONS = ("duplicate", "sharded", "rank", "partial", "token")
+
+
+def is_float(dt: np.dtype) -> bool:
+    if dt.kind == "f":
+        return True
+    if dt.kind == "V":  # ml_dtypes: bfloat16, float8_*, ...
+        import ml_dtypes
+
+        try:
+            ml_dtypes.finfo(dt)
+        except ValueError:
+            return False
+        return True
+    return False
+
+
+def random_array(rng: np.random.Generator, p: Param, entry: dict[str, Any]) -> np.ndarray:
+    dt, shape = p.dtype, p.shape
+    if is_float(dt):
+        return rng.standard_normal(shape).astype(dt)
+    if dt.kind == "c":
+        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dt)
+    if dt.kind in "iu":
+        lo, hi = entry.get("int_range", [0, 8])
+        return rng.integers(int(lo), int(hi), size=shape).astype(dt)
+    if dt.kind == "b":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    raise NotImplementedError(f"cannot generate inputs of dtype {dt}")
+
+
+def grid_array(rng: np.random.Generator, p: Param) -> np.ndarray:
+    """A float input on the 1/8 grid (the baseline of a partial sum: exact piece sums)."""
+    v = np.round(rng.standard_normal(p.shape) * 8) / 8
+    if p.dtype.kind == "c":
+        v = v + 1j * np.round(rng.standard_normal(p.shape) * 8) / 8
+    return v.astype(p.dtype)
+
+
+def norm_dim(dim: Any, ndim: int, what: str) -> int:
+    if not isinstance(dim, int) or isinstance(dim, bool) or not -ndim <= dim < ndim:
+        raise ValueError(f"{what}: bad dim {dim!r} for rank-{ndim} array")
+    return dim % ndim
+
+
+def split(x: np.ndarray, dim: int, c: int, blocks: Sequence[int] | None, what: str) -> list[np.ndarray]:
+    """Rank r's piece for r in 0..c-1 (equal pieces, or per-block pieces)."""
+    size = x.shape[dim]
+    blocks = [int(b) for b in blocks] if blocks else [size]
+    if sum(blocks) != size:
+        raise ValueError(f"{what}: blocks {blocks} do not add up to dim {dim} size {size}")
+    for b in blocks:
+        if b % c:
+            raise ValueError(f"{what}: size {b} along dim {dim} is not divisible by {c}")
+    pieces: list[list[np.ndarray]] = [[] for _ in range(c)]
+    start = 0
+    for b in blocks:
+        step = b // c
+        for r in range(c):
+            idx = [slice(None)] * x.ndim
+            idx[dim] = slice(start + r * step, start + (r + 1) * step)
+            pieces[r].append(x[tuple(idx)])
+        start += b
+    return [np.concatenate(p, axis=dim) if len(p) > 1 else p[0] for p in pieces]
+
+
+def partial_pieces(rng: np.random.Generator, base: np.ndarray, c: int, op: str) -> list[np.ndarray]:
+    dt = base.dtype
+    if dt.kind == "b":
+        raise NotImplementedError("partial relation on pred inputs")
+    if op in ("max", "min"):
+        # One rank (at random per element) holds the value; the others hold less (more).
+        sign = 1 if op == "max" else -1
+        owner = rng.integers(0, c, size=base.shape)
+        pieces = []
+        for r in range(c):
+            if is_float(dt):
+                other = (base.astype(np.float64) - sign * np.abs(rng.standard_normal(base.shape))).astype(dt)
+            else:
+                step = rng.integers(0, 2, size=base.shape).astype(dt)
+                with np.errstate(over="ignore"):
+                    other = (base - step) if sign > 0 else (base + step)
+                other = np.where(other > base, base, other) if sign > 0 else np.where(other < base, base, other)  # no wrap
+            pieces.append(np.where(owner == r, base, other).astype(dt))
+        return pieces
+    if op != "add":
+        raise ValueError(f"unknown partial op {op!r} (add, max, min)")
+    if is_float(dt) or dt.kind == "c":
+        def grid(shape: tuple[int, ...]) -> np.ndarray:
+            v = np.round(rng.standard_normal(shape) * 8) / 8
+            if dt.kind == "c":
+                v = v + 1j * np.round(rng.standard_normal(shape) * 8) / 8
+            return v
+
+        others = [grid(base.shape) for _ in range(c - 1)]
+        wide = base.astype(np.complex128 if dt.kind == "c" else np.float64)
+        last = wide - sum(others, np.zeros_like(wide))
+        return [o.astype(dt) for o in others] + [last.astype(dt)]
+    others = [rng.integers(-4, 4, size=base.shape).astype(dt) for _ in range(c - 1)]
+    last = base.copy()
+    with np.errstate(over="ignore"):
+        for o in others:
+            last = (last - o).astype(dt)
+    return [*others, last]
+
+
+def groups_of(relations: dict[str, Any]) -> list[list[int]]:
+    groups = relations.get("groups")
+    if not groups or not all(isinstance(g, list | tuple) and g for g in groups):
+        raise ValueError("relations: 'groups' must be a non-empty list of non-empty rank lists")
+    groups = [[int(x) for x in g] for g in groups]
+    flat = sorted(x for g in groups for x in g)
+    if flat != list(range(len(flat))):
+        raise ValueError(f"relations: groups {groups} must cover ranks 0..{len(flat) - 1} once")
+    return groups
+
+
+def make_inputs(base: Program, dist: Program, relations: dict[str, Any], groups: list[list[int]], seed: int) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
+    """(baseline arguments, distributed arguments per global rank) for one seed."""
+    rng = np.random.default_rng(seed)
+    n = sum(len(g) for g in groups)
+    entries = list(relations.get("inputs") or [])
+    base_of: dict[int, int] = {}
+    for k, e in enumerate(entries):
+        rel = e.get("relation")
+        if rel not in INPUT_RELATIONS:
+            raise ValueError(f"inputs[{k}]: unknown relation {rel!r}")
+        if rel not in ("rank", "token"):
+            if e.get("baseline") is None:
+                raise ValueError(f"inputs[{k}]: relation {rel} needs a baseline parameter")
+            bp = base.param(e["baseline"], f"inputs[{k}].baseline")
+            if bp.number in base_of.values():
+                raise ValueError(f"inputs[{k}]: baseline parameter {bp.number} listed twice")
+            base_of[k] = bp.number
+    base_args: list[np.ndarray | None] = [None] * len(base.params)
+    for k, e in enumerate(entries):
+        if k in base_of:
+            bp = base.params[base_of[k]]
+            fl = is_float(bp.dtype) or bp.dtype.kind == "c"
+            grid = e.get("relation") == "partial" and e.get("op", "add") == "add" and fl
+            base_args[bp.number] = grid_array(rng, bp) if grid else random_array(rng, bp, e)
+    missing = sorted(set(range(len(base.params))) - set(base_of.values()))
+    if missing:
+        raise ValueError(f"relations: baseline parameters {missing} have no input entry")
+    dist_args: list[list[np.ndarray | None]] = [[None] * len(dist.params) for _ in range(n)]
+    seen: set[int] = set()
+    for k, e in enumerate(entries):
+        if e.get("distributed") is None:
+            raise ValueError(f"inputs[{k}]: no distributed parameter")
+        dp = dist.param(e["distributed"], f"inputs[{k}].distributed")
+        if dp.number in seen:
+            raise ValueError(f"inputs[{k}]: distributed parameter {dp.number} listed twice")
+        seen.add(dp.number)
+        rel = e["relation"]
+        for g in groups:
+            c = len(g)
+            if rel == "rank":
+                if dp.shape != () or dp.dtype.kind not in "iu":
+                    raise ValueError(f"inputs[{k}]: rank parameter must be an integer scalar, got {dp.dtype}{list(dp.shape)}")
+                pieces = [np.array(r, dtype=dp.dtype) for r in range(c)]
+            elif rel == "token":
+                pieces = [np.zeros(dp.shape, dtype=dp.dtype)] * c
+            else:
+                x = base_args[base_of[k]]
+                assert x is not None
+                if rel == "duplicate":
+                    pieces = [x] * c
+                elif rel == "sharded":
+                    pieces = split(x, norm_dim(e.get("dim"), x.ndim, f"inputs[{k}]"), c, e.get("blocks"), f"inputs[{k}]")
+                else:
+                    pieces = partial_pieces(rng, x, c, str(e.get("op", "add")))
+            for r, gid in enumerate(g):
+                piece = pieces[r]
+                if piece.dtype != dp.dtype or piece.shape != dp.shape:
+                    raise ValueError(f"inputs[{k}] ({rel}): rank {r} would get {piece.dtype}{list(piece.shape)} but distributed parameter {dp.number} ({dp.name}) is {dp.dtype}{list(dp.shape)}")
+                dist_args[gid][dp.number] = piece
+    missing = [p.number for p in dist.params if dist_args[0][p.number] is None]
+    if missing:
+        raise ValueError(f"relations: distributed parameters {missing} have no input entry")
+    return [a for a in base_args if a is not None], [[a for a in rank if a is not None] for rank in dist_args]

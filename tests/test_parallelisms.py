@@ -1,0 +1,302 @@
+"""Parallelisms production code uses, and the relations they need (issue 15).
+
+Custom-calls declared in the relations file (``keeps: all``, ``keeps: [duplicate, sharded]``
+with ``reduces``), and all-to-all re-sharding (rules/alltoall.egg). Each law is checked on
+hand-written HLO pairs in more than one spelling, correct and buggy: the verdict comes from the
+real rules (egglog), and XLA's CPU runtime (tests/oracle.py) confirms that the correct pairs are
+equal and the buggy ones are not. Custom-call targets of other backends cannot run on the CPU, so
+the oracle runs the same pairs with each call spelled out as what it is declared to compute.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from shardproof.engine.analysis.verify import verify
+from shardproof.engine.errors import InputError
+from shardproof.engine.hlo.parser import parse_hlo
+from shardproof.engine.relations import parse_relations
+
+C = 4
+GROUPS = "{{0,1,2,3}}"
+
+
+def _verdict(baseline: str, distributed: str, relations: dict) -> tuple[str, str]:
+    result = verify(parse_relations(relations, "relations.yaml"), parse_hlo(baseline, "baseline.hlo"), parse_hlo(distributed, "distributed.hlo"))
+    return result.verdict, result.reason
+
+
+def _oracle_equal(baseline: str, distributed: str, relations: dict, seeds: tuple[int, ...] = (0, 1)) -> bool:
+    oracle = pytest.importorskip("oracle")
+    return all(oracle.run_pair(baseline, distributed, relations, seed=s).equal for s in seeds)
+
+
+# ---- custom-calls ----------------------------------------------------------------------------
+
+ADD = """%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(f32[] %a, f32[] %b)
+}
+"""
+
+
+def _norm(rows: int, spelled: bool) -> str:
+    """Row-wise RMS norm of x (rows x 16) times w, as the Neuron custom-call or spelled out."""
+    if not spelled:
+        return f"""  %n = f32[{rows},16]{{1,0}} custom-call(f32[{rows},16]{{1,0}} %t, f32[16]{{0}} %w), custom_call_target="AwsNeuronRmsNorm", backend_config="eps=0"
+"""
+    return f"""  %sq = f32[{rows},16]{{1,0}} multiply(f32[{rows},16]{{1,0}} %t, f32[{rows},16]{{1,0}} %t)
+  %zero = f32[] constant(0)
+  %ss = f32[{rows}]{{0}} reduce(f32[{rows},16]{{1,0}} %sq, f32[] %zero), dimensions={{1}}, to_apply=%add
+  %inv = f32[] constant(0.0625)
+  %invb = f32[{rows}]{{0}} broadcast(f32[] %inv), dimensions={{}}
+  %ms = f32[{rows}]{{0}} multiply(f32[{rows}]{{0}} %ss, f32[{rows}]{{0}} %invb)
+  %r = f32[{rows}]{{0}} rsqrt(f32[{rows}]{{0}} %ms)
+  %rb = f32[{rows},16]{{1,0}} broadcast(f32[{rows}]{{0}} %r), dimensions={{0}}
+  %y = f32[{rows},16]{{1,0}} multiply(f32[{rows},16]{{1,0}} %t, f32[{rows},16]{{1,0}} %rb)
+  %wb = f32[{rows},16]{{1,0}} broadcast(f32[16]{{0}} %w), dimensions={{1}}
+  %n = f32[{rows},16]{{1,0}} multiply(f32[{rows},16]{{1,0}} %y, f32[{rows},16]{{1,0}} %wb)
+"""
+
+
+def _transfer(rows: int, spelled: bool) -> str:
+    if spelled:  # the identity: a copy
+        return f"  %t = f32[{rows},16]{{1,0}} copy(f32[{rows},16]{{1,0}} %x)\n"
+    return f'  %t = f32[{rows},16]{{1,0}} custom-call(f32[{rows},16]{{1,0}} %x), custom_call_target="AwsNeuronTransferWithStaticRing"\n'
+
+
+def _norm_pair(spelled: bool, gather_dim: int = 0) -> tuple[str, str]:
+    """Baseline: exp(norm(transfer(x)) * w) on 8 rows; distributed: the same on the rank's 2
+    rows, then all-gather along ``gather_dim`` (0 is right; 1 is the bug)."""
+    baseline = f"""HloModule base
+
+{ADD if spelled else ""}
+ENTRY %main (x: f32[8,16], w: f32[16]) -> f32[8,16] {{
+  %x = f32[8,16]{{1,0}} parameter(0)
+  %w = f32[16]{{0}} parameter(1)
+{_transfer(8, spelled)}{_norm(8, spelled)}  ROOT %e = f32[8,16]{{1,0}} exponential(f32[8,16]{{1,0}} %n)
+}}
+"""
+    gathered = "f32[8,16]" if gather_dim == 0 else "f32[2,64]"
+    tail = "" if gather_dim == 0 else "  %back = f32[8,16]{1,0} reshape(f32[2,64]{1,0} %g)\n"
+    root = "%g" if gather_dim == 0 else "%back"
+    distributed = f"""HloModule dist
+
+{ADD if spelled else ""}
+ENTRY %main (x: f32[2,16], w: f32[16]) -> f32[8,16] {{
+  %x = f32[2,16]{{1,0}} parameter(0)
+  %w = f32[16]{{0}} parameter(1)
+{_transfer(2, spelled)}{_norm(2, spelled)}  %e = f32[2,16]{{1,0}} exponential(f32[2,16]{{1,0}} %n)
+  %g = {gathered}{{1,0}} all-gather(f32[2,16]{{1,0}} %e), dimensions={{{gather_dim}}}, replica_groups={GROUPS}
+{tail}  ROOT %out = f32[8,16]{{1,0}} copy(f32[8,16]{{1,0}} {root})
+}}
+"""
+    return baseline, distributed
+
+
+def _cc_relations(norm: dict | None = None) -> dict:
+    return {
+        "groups": [[0, 1, 2, 3]],
+        "inputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 0}, {"baseline": 1, "distributed": 1, "relation": "duplicate"}],
+        "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}],
+        "custom_calls": [{"target": "AwsNeuronTransferWithStaticRing", "keeps": "all"}, norm or {"target": "AwsNeuronRmsNorm", "keeps": ["duplicate", "sharded"], "reduces": [1]}],
+    }
+
+
+def test_declared_custom_calls_verify_and_their_spelled_out_form_is_equal() -> None:
+    rel = _cc_relations()
+    assert _verdict(*_norm_pair(spelled=False), rel)[0] == "verified"
+    # The law the declaration states, checked where XLA can run it: the same program with the
+    # calls spelled out is equal on the CPU, and the rules prove that spelling too.
+    spelled = _norm_pair(spelled=True)
+    assert _verdict(*spelled, rel)[0] == "verified"
+    assert _oracle_equal(*spelled, rel)
+
+
+def test_gathering_row_blocks_along_the_wrong_dim_is_not_verified() -> None:
+    rel = _cc_relations()
+    assert _verdict(*_norm_pair(spelled=False, gather_dim=1), rel)[0] != "verified"
+    spelled = _norm_pair(spelled=True, gather_dim=1)
+    assert _verdict(*spelled, rel)[0] == "diverged"
+    assert not _oracle_equal(*spelled, rel)
+
+
+def test_a_call_that_reduces_the_sharded_dim_keeps_no_sharding() -> None:
+    # Declared to reduce dim 0 (the rows the ranks hold): a block of rows is no longer the
+    # call on the block, so nothing may be derived past the norm.
+    rel = _cc_relations({"target": "AwsNeuronRmsNorm", "keeps": ["duplicate", "sharded"], "reduces": [0, 1]})
+    assert _verdict(*_norm_pair(spelled=False), rel)[0] != "verified"
+
+
+def test_an_undeclared_identity_keeps_the_pair_unproven_not_verified() -> None:
+    rel = _cc_relations()
+    rel["custom_calls"] = rel["custom_calls"][1:]
+    verdict, reason = _verdict(*_norm_pair(spelled=False), rel)
+    assert verdict != "verified"
+    assert "AwsNeuronTransferWithStaticRing" in reason or verdict in ("unsupported", "inconclusive", "unproven")
+
+
+def test_identity_declared_for_a_call_that_changes_the_type_is_refused() -> None:
+    def prog(rows: int, tail: str) -> str:
+        return f"""HloModule m
+
+ENTRY %main (x: f32[{rows},16]) -> f64[8,16] {{
+  %x = f32[{rows},16]{{1,0}} parameter(0)
+  %t = f64[{rows},16]{{1,0}} custom-call(f32[{rows},16]{{1,0}} %x), custom_call_target="Widen"
+{tail}}}
+"""
+
+    baseline = prog(8, "  ROOT %e = f64[8,16]{1,0} exponential(f64[8,16]{1,0} %t)\n")
+    distributed = prog(2, f"  %e = f64[2,16]{{1,0}} exponential(f64[2,16]{{1,0}} %t)\n  ROOT %g = f64[8,16]{{1,0}} all-gather(f64[2,16]{{1,0}} %e), dimensions={{0}}, replica_groups={GROUPS}\n")
+    rel = _cc_relations({"target": "Widen", "keeps": "all"})
+    rel["inputs"] = rel["inputs"][:1]
+    result = verify(parse_relations(rel), parse_hlo(baseline), parse_hlo(distributed))
+    assert result.verdict != "verified"
+    reasons = [u["reason"] for u in result.to_json()["unsupported"]]
+    assert any("'Widen'" in r and "keeps: all" in r and "f64[8,16]" in r for r in reasons), reasons
+    # Declared as a function that keeps row blocks instead, the same pair verifies.
+    rel["custom_calls"] = [{"target": "Widen", "keeps": ["duplicate", "sharded"], "reduces": []}]
+    assert _verdict(baseline, distributed, rel)[0] == "verified"
+
+
+@pytest.mark.parametrize(
+    ("entry", "key", "words"),
+    [
+        ({"target": "N", "keeps": ["sharded"], "reduces": [1]}, "custom_calls[0].keeps", ["'N'", "duplicate"]),
+        ({"target": "N", "keeps": ["duplicate", "sharded"]}, "custom_calls[0].reduces", ["'N'", "reduces"]),
+        ({"target": "N", "keeps": ["duplicate", "sharded"], "reduces": [-1]}, "custom_calls[0].reduces", ["'N'"]),
+        ({"target": "N", "keeps": "all", "reduces": [1]}, "custom_calls[0].reduces", ["'N'", "identity"]),
+        ({"target": "N", "keeps": ["duplicate"], "reduces": [1]}, "custom_calls[0].reduces", ["'N'"]),
+        ({"target": "N", "keeps": ["partial"]}, "custom_calls[0].keeps", ["'N'", "'all'"]),
+        ({"target": "N", "keeps": "some"}, "custom_calls[0].keeps", ["'N'"]),
+        ({"target": "N", "keep": "all"}, "custom_calls[0].keep", ["'N'"]),
+        ({"keeps": "all"}, "custom_calls[0]", ["target"]),
+    ],
+)
+def test_bad_custom_call_entries_name_the_key_and_the_target(entry: dict, key: str, words: list[str]) -> None:
+    rel = _cc_relations()
+    rel["custom_calls"] = [entry]
+    with pytest.raises(InputError) as e:
+        parse_relations(rel, "r.yaml")
+    assert e.value.where == key
+    for w in words:
+        assert w in str(e.value), str(e.value)
+
+
+def test_a_target_declared_twice_is_refused() -> None:
+    rel = _cc_relations()
+    rel["custom_calls"].append({"target": "AwsNeuronRmsNorm", "keeps": ["duplicate"]})
+    with pytest.raises(InputError, match="declared twice"):
+        parse_relations(rel, "r.yaml")
+
+
+# ---- all-to-all ------------------------------------------------------------------------------
+
+
+def _dims(shape: tuple[int, ...]) -> str:
+    return ",".join(map(str, shape))
+
+
+def _layout(shape: tuple[int, ...]) -> str:
+    return ",".join(map(str, reversed(range(len(shape)))))
+
+
+def _t(shape: tuple[int, ...]) -> str:
+    return f"f32[{_dims(shape)}]{{{_layout(shape)}}}"
+
+
+def _a2a_pair(whole: tuple[int, ...], t: int, s: int, *, groups: str = GROUPS, transpose: bool = True, split_on: int | None = None) -> tuple[str, str, dict]:
+    """Baseline: exp(x). Distributed: x' is block r of x along t; exp, then the array
+    all-to-all along s (``split_on`` overrides the dim it splits) and XLA's own
+    reshape/transpose/reshape that concatenates the received pieces along t (torch-xla's
+    lowering of xm.all_to_all(split_dimension=s, concat_dimension=t)). The result is expected
+    to be block r of exp(x) along s. ``transpose=False`` leaves out the transpose (the pieces
+    land in the wrong order)."""
+    local = list(whole)
+    local[t] //= C
+    local_t = tuple(local)
+    out = list(whole)
+    out[s] //= C
+    out_t = tuple(out)
+    a2a_dim = s if split_on is None else split_on
+    # Split a2a_dim into (C, n/C), move the C in front of t, merge it into t.
+    split = [*local[:a2a_dim], C, local[a2a_dim] // C, *local[a2a_dim + 1 :]]
+    dims = list(range(len(split)))
+    src_t = t if t < a2a_dim else t + 1
+    rank_dim = a2a_dim
+    order = [d for d in dims if d != rank_dim]
+    order.insert(order.index(src_t), rank_dim)
+    moved = tuple(split[d] for d in order)
+    lines = [
+        f"  %x = {_t(local_t)} parameter(0)",
+        f"  %e = {_t(local_t)} exponential({_t(local_t)} %x)",
+        f"  %a = {_t(local_t)} all-to-all({_t(local_t)} %e), replica_groups={groups}, dimensions={{{a2a_dim}}}",
+        f"  %r = {_t(tuple(split))} reshape({_t(local_t)} %a)",
+    ]
+    if transpose:
+        lines.append(f"  %p = {_t(moved)} transpose({_t(tuple(split))} %r), dimensions={{{_dims(tuple(order))}}}")
+        last = ("%p", moved)
+    else:
+        last = ("%r", tuple(split))
+    lines.append(f"  ROOT %o = {_t(out_t)} reshape({_t(last[1])} {last[0]})")
+    distributed = f"HloModule dist\n\nENTRY %main (x: f32[{_dims(local_t)}]) -> f32[{_dims(out_t)}] {{\n" + "\n".join(lines) + "\n}\n"
+    baseline = f"""HloModule base
+
+ENTRY %main (x: f32[{_dims(whole)}]) -> f32[{_dims(whole)}] {{
+  %x = {_t(whole)} parameter(0)
+  ROOT %e = {_t(whole)} exponential({_t(whole)} %x)
+}}
+"""
+    relations = {
+        "groups": [[0, 1, 2, 3]],
+        "inputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": t}],
+        "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": s}],
+    }
+    return baseline, distributed, relations
+
+
+A2A_CORRECT = [
+    ((8, 8, 3), 0, 1),  # sequence blocks -> head blocks, (s, h, d)
+    ((8, 8, 3), 1, 0),  # and back
+    ((2, 8, 8, 3), 1, 2),  # Ulysses (b, s, h, d): split heads, concatenate the sequence
+    ((2, 8, 8, 3), 2, 1),
+    ((8, 2, 4, 12), 0, 3),  # dims apart, other dims between them
+]
+
+
+@pytest.mark.parametrize(("whole", "t", "s"), A2A_CORRECT)
+def test_all_to_all_reshards_and_the_oracle_agrees(whole: tuple[int, ...], t: int, s: int) -> None:
+    baseline, distributed, rel = _a2a_pair(whole, t, s)
+    verdict, reason = _verdict(baseline, distributed, rel)
+    assert verdict == "verified", reason
+    assert _oracle_equal(baseline, distributed, rel)
+
+
+def test_the_all_to_all_law_is_the_rule_that_proves_it() -> None:
+    baseline, distributed, rel = _a2a_pair((8, 8, 3), 0, 1)
+    result = verify(parse_relations(rel), parse_hlo(baseline), parse_hlo(distributed))
+    rules = {step["rule"] for t in result.trace for step in t["steps"]}
+    assert "alltoall/reshards-split-dim" in rules, rules
+
+
+A2A_BUGS = [
+    ("groups", {"groups": "{{0,1},{2,3}}"}),  # exchanges within halves of the group only
+    ("order", {"transpose": False}),  # pieces concatenated in the wrong order
+    ("groups-order", {"groups": "{{1,0,2,3}}"}),  # the same ranks, in another order
+]
+
+
+@pytest.mark.parametrize(("what", "kw"), A2A_BUGS, ids=[b[0] for b in A2A_BUGS])
+def test_a_wrong_all_to_all_is_never_verified_and_the_oracle_sees_it(what: str, kw: dict) -> None:
+    baseline, distributed, rel = _a2a_pair((8, 8, 3), 0, 1, **kw)
+    assert _verdict(baseline, distributed, rel)[0] != "verified"
+    assert not _oracle_equal(baseline, distributed, rel)
+
+
+def test_all_to_all_of_a_block_sharded_tensor_is_not_resharded() -> None:
+    # A fused-block sharding (two blocks per rank) interleaves under the exchange: no rule.
+    baseline, distributed, rel = _a2a_pair((8, 8, 3), 0, 1)
+    rel["inputs"][0]["blocks"] = [4, 4]
+    assert _verdict(baseline, distributed, rel)[0] != "verified"
+    assert not _oracle_equal(baseline, distributed, rel)

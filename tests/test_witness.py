@@ -1,0 +1,177 @@
+"""The numeric witness (engine/witness) and what it does to a verdict (analysis/witnessing):
+XLA's CPU runtime executes real pairs; a bug is confirmed with an element, a seed and a command,
+a correct pair the rules do not prove is `unproven`, rounding noise is no witness, a pair above
+the memory budget is not executed and is confirmed on its diverging instruction instead, and a
+verified pair the witness finds different is a soundness error of the tool (exit 4)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from shardproof.engine import cli
+from shardproof.engine.analysis import check as check_module
+from shardproof.engine.analysis.check import check_files
+from shardproof.engine.analysis.verify import VERIFIED, Result
+from shardproof.engine.relations import load_relations
+from shardproof.engine.sourcemap import SourceMap
+from shardproof.engine.witness import runtime
+from shardproof.engine.witness.inputs import groups_of, make_inputs
+from shardproof.engine.witness.pair import WitnessOptions, estimate_bytes, witness
+
+TESTS = Path(__file__).parent
+PAIRS = TESTS / "pairs"
+BUGS = sorted(p.name for p in PAIRS.iterdir() if p.is_dir() and p.name.startswith("bug_"))
+CORRECT = sorted(p.name for p in PAIRS.iterdir() if (p / "expect.yaml").is_file() and yaml.safe_load((p / "expect.yaml").read_text())["verdict"] == "verified")
+
+
+def _check(d: Path, mode: str = "auto", **options: Any) -> Result:
+    sm = SourceMap.load(d / "sourcemap.json") if (d / "sourcemap.json").is_file() else None
+    return check_files(load_relations(d / "relations.yaml"), d / "baseline.hlo", d / "distributed.hlo", sm, witness=mode, witness_options=WitnessOptions(**options) if options else None)
+
+
+def _texts(d: Path) -> tuple[str, str, dict[str, Any]]:
+    return (d / "baseline.hlo").read_text(), (d / "distributed.hlo").read_text(), yaml.safe_load((d / "relations.yaml").read_text())
+
+
+@pytest.mark.parametrize("name", BUGS)
+def test_the_witness_confirms_every_bug_pair(name: str) -> None:
+    r = _check(PAIRS / name)
+    assert r.verdict == "diverged", r.reason
+    w = r.witness
+    assert w is not None and w["status"] == "confirmed", w
+    bad = [o for o in w["outputs"] if not o["equal"]]
+    assert bad, w
+    o = bad[0]
+    assert o["max_abs_err"] > 0 and o["index"] is not None and o["baseline_value"] != o["distributed_value"]
+    assert w["seeds"] and w["command"].startswith("shardproof witness ")
+    assert "confirmed numerically" in r.reason
+    assert r.to_json()["witness"] == w
+    # The reproducing command prints the same difference (exit 1).
+    argv = shlex.split(w["command"])[1:]
+    assert cli.main(argv) == 1
+
+
+@pytest.mark.parametrize("name", CORRECT)
+def test_correct_pairs_are_numerically_equal(name: str) -> None:
+    report = witness(*_texts(PAIRS / name))
+    assert report.equal, report.summary()
+    assert report.trials == 3
+
+
+def test_a_rule_gap_pair_is_unproven_and_names_where_the_rules_stopped(capsys: pytest.CaptureFixture[str]) -> None:
+    d = TESTS / "gaps" / "fused_block_pad"  # an open gap: correct, not proven by the rules
+    r = _check(d)
+    assert r.verdict == "unproven", r.reason
+    assert r.witness is not None and r.witness["status"] == "equal"
+    assert "numerically equal on 3 random inputs at these shapes" in r.reason
+    first = r.divergences[0]
+    assert first["instruction"] in r.reason and f"{first['source']['file']}:{first['source']['line']}" in r.reason
+    assert "lacks sharded" in r.reason  # the relation that was missing
+    assert {d["kind"] for d in r.divergences} == {"rule-gap"}
+    code = cli.main(["check", str(d / "baseline.hlo"), str(d / "distributed.hlo"), "--relations", str(d / "relations.yaml"), "--sourcemap", str(d / "sourcemap.json")])
+    out = capsys.readouterr().out
+    assert code == 2 and out.startswith("unproven: ") and "witness: equal" in out
+
+
+def test_never_keeps_the_rules_answer() -> None:
+    r = _check(TESTS / "gaps" / "fused_block_pad", "never")
+    assert r.verdict == "diverged" and r.witness is None
+
+
+def test_numeric_localization_reports_the_instruction_that_really_differs_first() -> None:
+    r = _check(PAIRS / "bug_missing_allreduce")
+    first = r.divergences[0]
+    assert first["kind"] == "divergence"
+    assert first["numeric"] is not None and first["numeric"]["holds"] is False
+    assert (first["source"]["file"], first["source"]["line"]) == ("tests/pairs/models.py", yaml.safe_load((PAIRS / "bug_missing_allreduce" / "expect.yaml").read_text())["bug_site"]["line"])
+    for d in r.divergences:
+        assert d["kind"] in ("divergence", "rule-gap")
+        if d["numeric"] and d["numeric"]["holds"]:
+            assert d["kind"] == "rule-gap"
+
+
+def test_always_executes_a_verified_pair() -> None:
+    r = _check(PAIRS / "mlp_tp4", "always")
+    assert r.verdict == VERIFIED
+    assert r.witness is not None and r.witness["status"] == "equal" and r.witness["trials"] == 3
+    assert _check(PAIRS / "mlp_tp4").witness is None  # auto: a verified pair is not executed
+
+
+def test_a_verified_pair_the_witness_finds_different_is_a_soundness_error(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Rules that wrongly prove a bug pair (stood in for by a verifier that always says
+    verified): with --witness always the answer is an internal error, loud, never a pass."""
+    monkeypatch.setattr(check_module, "_check_files", lambda *a, **k: Result(VERIFIED, reason="all 1 output(s) have their expected relation"))
+    d = PAIRS / "bug_redundant_allreduce"
+    args = ["check", str(d / "baseline.hlo"), str(d / "distributed.hlo"), "--relations", str(d / "relations.yaml")]
+    assert cli.main(args) == 0  # auto: nothing executed, the (wrong) proof stands
+    capsys.readouterr()
+    assert cli.main([*args, "--witness", "always"]) == 4
+    captured = capsys.readouterr()
+    assert captured.out.startswith("error: SOUNDNESS ERROR") and "SOUNDNESS ERROR" in captured.err
+
+
+def test_rounding_noise_is_no_witness() -> None:
+    """(x + k y) - k y is x in real arithmetic for every k; in f32 it rounds x to the ulp of
+    k y, so k = 1e7 and k = 3e6 differ far beyond the tolerance, and agree again in f64."""
+    text = """HloModule m
+ENTRY e {
+  x = f32[8]{0} parameter(0)
+  y = f32[8]{0} parameter(1)
+  c = f32[] constant(K)
+  cb = f32[8]{0} broadcast(c), dimensions={}
+  big = f32[8]{0} multiply(y, cb)
+  a = f32[8]{0} add(x, big)
+  ROOT s = f32[8]{0} subtract(a, big)
+}
+"""
+    base, dist = text.replace("K", "1e+07"), text.replace("K", "3e+06")
+    rel = {"groups": [[0, 1]], "inputs": [{"baseline": i, "distributed": i, "relation": "duplicate"} for i in (0, 1)], "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    assert not witness(base, dist, rel, WitnessOptions(recheck_f64=False)).equal
+    report = witness(base, dist, rel)
+    assert report.equal and report.rounding == [0, 1, 2], report.summary()
+
+
+def test_inputs_satisfy_the_relations() -> None:
+    base = "HloModule b\nENTRY e {\n  a = f32[8,6]{1,0} parameter(0)\n  b = f32[4]{0} parameter(1)\n  c = s32[5]{0} parameter(2)\n  d = f32[3]{0} parameter(3)\n  ROOT t = (f32[8,6]{1,0}, f32[4]{0}, s32[5]{0}, f32[3]{0}) tuple(a, b, c, d)\n}\n"
+    dist = "HloModule d\nENTRY e {\n  a = f32[8,3]{1,0} parameter(0)\n  b = f32[4]{0} parameter(1)\n  c = s32[5]{0} parameter(2)\n  r = s32[] parameter(3)\n  d = f32[3]{0} parameter(4)\n  ROOT t = (f32[8,3]{1,0}, f32[4]{0}, s32[5]{0}, f32[3]{0}) tuple(a, b, c, d)\n}\n"
+    rel = {"groups": [[0, 1]], "inputs": [
+        {"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 1, "blocks": [2, 4]},
+        {"baseline": 1, "distributed": 1, "relation": "partial", "op": "min"},
+        {"baseline": 2, "distributed": 2, "relation": "duplicate", "int_range": [100, 103]},
+        {"distributed": 3, "relation": "rank"},
+        {"baseline": 3, "distributed": 4, "relation": "partial"},
+    ]}
+    b, d = runtime.read(base), runtime.read(dist)
+    bargs, dargs = make_inputs(b, d, rel, groups_of(rel), seed=5)
+    a = bargs[0]
+    np.testing.assert_array_equal(dargs[0][0], np.concatenate([a[:, 0:1], a[:, 2:4]], axis=1))
+    np.testing.assert_array_equal(dargs[1][0], np.concatenate([a[:, 1:2], a[:, 4:6]], axis=1))
+    np.testing.assert_array_equal(np.minimum(dargs[0][1], dargs[1][1]), bargs[1])
+    assert bargs[2].min() >= 100 and bargs[2].max() < 103
+    assert [int(x[3]) for x in dargs] == [0, 1]
+    np.testing.assert_array_equal(dargs[0][4].astype(np.float64) + dargs[1][4], bargs[3])
+
+
+def test_above_the_memory_budget_nothing_runs_and_the_diverging_instruction_confirms() -> None:
+    d = PAIRS / "bug_missing_allreduce"
+    b, di, _ = _texts(d)
+    need = estimate_bytes(b, di, 4)
+    tiny = _check(d, memory_mb=1e-4)
+    assert tiny.verdict == "diverged"
+    assert tiny.witness is not None and tiny.witness["status"] == "unconfirmed"
+    assert "memory budget" in tiny.witness["reason"] and "unconfirmed" in tiny.reason
+    # A budget the pair exceeds but its diverging instruction fits: confirmed there, at the line.
+    r = _check(d, memory_mb=need / 2**20 / 4)
+    w = r.witness
+    assert w is not None and w["status"] == "confirmed", w
+    assert "not executed" in w["reason"] and "memory budget" in w["reason"]
+    seg = w["segment"]
+    assert seg["instruction"] == r.divergences[0]["instruction"] and seg["source"] == "tests/pairs/models.py:135"
+    assert {e["relation"] for e in seg["inputs"]} == {"duplicate", "partial"}
+    assert r.divergences[0]["numeric"]["holds"] is False and r.divergences[0]["kind"] == "divergence"
