@@ -54,6 +54,8 @@ def _check(args: argparse.Namespace) -> int:
             for d in result.divergences:
                 src = d["source"]
                 where = f"{src['file']}:{src['line']}" if src["file"] else f"<no source: {src.get('why', 'unknown')}>"
+                if src.get("backward"):
+                    where = f"in the backward of {where}" + (f" ({d['module']})" if d.get("module") else "")
                 lines.append(f"{where}  {d['instruction']}  {d['cause']}")
             for u in result.unsupported:
                 lines.append(f"{u['side']}:{u['line']}  %{u['instruction']}  {u['reason']}")

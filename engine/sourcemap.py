@@ -29,16 +29,20 @@ class Source:
     line: int
     function: str = ""
     why: str = ""  # when there is no file: why the instruction has no source
+    # An instruction of the backward pass: file:line is the forward call it differentiates.
+    backward: bool = False
 
     def __str__(self) -> str:
         if self.file:
-            return f"{self.file}:{self.line}"
+            return f"{self.file}:{self.line}" + (" (in the backward of)" if self.backward else "")
         return f"<no source: {self.why}>" if self.why else "<no source>"
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"file": self.file, "line": self.line, "function": self.function}
         if not self.file:
             out["why"] = self.why or "unknown"
+        if self.backward:
+            out["backward"] = True
         return out
 
 
@@ -76,7 +80,7 @@ class SourceMap:
             frames = entry.get("frames") or []
             if frames and isinstance(frames[0], dict):
                 f = frames[0]
-                return Source(str(f.get("file", "")), int(f.get("line", 0)), str(f.get("function", "")))
+                return Source(str(f.get("file", "")), int(f.get("line", 0)), str(f.get("function", "")), backward=entry.get("backward") is True)
         src = from_metadata(ins, self.hidden)
         if not src.file and entry is not None:
             # The front end saw the stack and kept no frame: e.g. an op autograd or the lowering made.

@@ -69,7 +69,9 @@ def test_examples_jax_table_as_declared(tmp_path: Path) -> None:
     pytest.importorskip("jax")
     out = tmp_path / "report"
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
-    proc = subprocess.run([sys.executable, "-m", "shardproof.engine.frontend.jax", "run", "--config", str(ROOT / "examples/jax/.shardproof.yml"), "--out", str(out)],
+    # `shardproof run` hands a `framework: jax` configuration to the JAX front end.
+    cli = Path(sys.executable).parent / "shardproof"
+    proc = subprocess.run([str(cli), "run", "--config", str(ROOT / "examples/jax/.shardproof.yml"), "--out", str(out)],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = json.loads((out / "result.json").read_text())["models"]

@@ -250,3 +250,33 @@ ENTRY e {
     m3 = flatten(parse_hlo(counted, "t.hlo"))
     ops = [i.opcode for i in m3.entry.instructions]
     assert "while" not in ops and sum(1 for i in m3.entry.instructions if i.opcode == "add" and i.shape.dims == (4,)) == 3
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (("fusion(x, x)", "fusion(x)"), "passes 1 operand"),
+    (("p1 = f32[4] parameter(1)", "p1 = f32[5] parameter(1)"), "as parameter 1"),
+    (("index=1", "index=2"), "takes index 2"),
+])
+def test_inlined_bodies_are_checked_like_xla_checks_them(edit: tuple[str, str], message: str) -> None:
+    """A call whose operands do not fit its callee, or a get-tuple-element past its tuple, is bad
+    input at the caller's line (found by fuzzing the flattener), never a crash."""
+    from shardproof.engine.errors import HloParseError
+
+    text = """HloModule m
+
+f {
+  p0 = f32[4] parameter(0)
+  p1 = f32[4] parameter(1)
+  ROOT t = (f32[4], f32[4]) tuple(p0, p1)
+}
+
+ENTRY e {
+  x = f32[4] parameter(0)
+  c = (f32[4], f32[4]) fusion(x, x), kind=kLoop, calls=f
+  ROOT y = f32[4] get-tuple-element(c), index=1
+}
+"""
+    flatten(parse_hlo(text, "t.hlo"))  # the unedited text is fine
+    with pytest.raises(HloParseError, match=message) as e:
+        flatten(parse_hlo(text.replace(*edit), "t.hlo"))
+    assert e.value.where.startswith(("11:", "12:"))

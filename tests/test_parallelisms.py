@@ -300,3 +300,156 @@ def test_all_to_all_of_a_block_sharded_tensor_is_not_resharded() -> None:
     rel["inputs"][0]["blocks"] = [4, 4]
     assert _verdict(baseline, distributed, rel)[0] != "verified"
     assert not _oracle_equal(baseline, distributed, rel)
+
+
+# ---- collective-permute rings ----------------------------------------------------------------
+
+
+def _pairs(m: int) -> str:
+    return "{" + ",".join(f"{{{i},{(i + m) % C}}}" for i in range(C)) + "}"
+
+
+def _ring_pair(kind: str, steps: int = C - 1, shifts: tuple[int, int] = (1, 1), acc_first: bool = True) -> tuple[str, str, dict]:
+    """x (8, 16) @ w (16, 8), both sharded along the contracted 16. ``kind`` "allreduce": each
+    rank's partial product goes around the ring (shift shifts[0]) and is added up; "matmul":
+    the shards go around the ring (x by shifts[0], w by shifts[1]) and each step's product is
+    added up. ``steps`` ring steps after the local one; ``acc_first``: acc + received (else
+    received + acc)."""
+    lx, lw, out = "f32[8,4]{1,0}", "f32[4,8]{1,0}", "f32[8,8]{1,0}"
+    dot = "lhs_contracting_dims={1}, rhs_contracting_dims={0}"
+    lines = [f"  %x = {lx} parameter(0)", f"  %w = {lw} parameter(1)", f"  %p0 = {out} dot({lx} %x, {lw} %w), {dot}"]
+    acc, cur, xs, ws = "%p0", "%p0", "%x", "%w"
+    for i in range(1, steps + 1):
+        if kind == "allreduce":
+            lines.append(f"  %c{i} = {out} collective-permute({out} {cur}), channel_id={i}, source_target_pairs={_pairs(shifts[0])}")
+            cur = term = f"%c{i}"
+        else:
+            lines.append(f"  %x{i} = {lx} collective-permute({lx} {xs}), channel_id={2 * i}, source_target_pairs={_pairs(shifts[0])}")
+            lines.append(f"  %w{i} = {lw} collective-permute({lw} {ws}), channel_id={2 * i + 1}, source_target_pairs={_pairs(shifts[1])}")
+            xs, ws = f"%x{i}", f"%w{i}"
+            lines.append(f"  %p{i} = {out} dot({lx} {xs}, {lw} {ws}), {dot}")
+            term = f"%p{i}"
+        a, b = (acc, term) if acc_first else (term, acc)
+        lines.append(f"  %a{i} = {out} add({out} {a}, {out} {b})")
+        acc = f"%a{i}"
+    lines.append(f"  ROOT %o = {out} copy({out} {acc})")
+    distributed = "HloModule dist\n\nENTRY %main (x: f32[8,4], w: f32[4,8]) -> f32[8,8] {\n" + "\n".join(lines) + "\n}\n"
+    baseline = f"""HloModule base
+
+ENTRY %main (x: f32[8,16], w: f32[16,8]) -> f32[8,8] {{
+  %x = f32[8,16]{{1,0}} parameter(0)
+  %w = f32[16,8]{{1,0}} parameter(1)
+  ROOT %d = {out} dot(f32[8,16]{{1,0}} %x, f32[16,8]{{1,0}} %w), {dot}
+}}
+"""
+    relations = {
+        "groups": [[0, 1, 2, 3]],
+        "inputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 1}, {"baseline": 1, "distributed": 1, "relation": "sharded", "dim": 0}],
+        "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}],
+    }
+    return baseline, distributed, relations
+
+
+RING_CORRECT = [
+    ("allreduce", {}),
+    ("allreduce", {"shifts": (C - 1, C - 1)}),  # the other direction
+    ("allreduce", {"acc_first": False}),
+    ("matmul", {}),
+    ("matmul", {"shifts": (C - 1, C - 1), "acc_first": False}),
+]
+
+
+@pytest.mark.parametrize(("kind", "kw"), RING_CORRECT)
+def test_a_ring_that_visits_every_block_once_verifies_and_the_oracle_agrees(kind: str, kw: dict) -> None:
+    baseline, distributed, rel = _ring_pair(kind, **kw)
+    verdict, reason = _verdict(baseline, distributed, rel)
+    assert verdict == "verified", reason
+    assert _oracle_equal(baseline, distributed, rel)
+
+
+RING_BUGS = [
+    ("allreduce", {"steps": C - 2}),  # a ring step off by one: one block never arrives
+    ("allreduce", {"steps": C}),  # one step too many: the local block counted twice
+    ("allreduce", {"shifts": (2, 2)}),  # steps of 2 on a ring of 4: blocks 0, 2, 0, 2
+    ("matmul", {"steps": C - 2}),
+    ("matmul", {"shifts": (1, 2)}),  # x and w blocks out of step: x_(r+1) . w_(r+2)
+]
+
+
+@pytest.mark.parametrize(("kind", "kw"), RING_BUGS)
+def test_a_ring_off_by_one_is_never_verified_and_the_oracle_sees_it(kind: str, kw: dict) -> None:
+    baseline, distributed, rel = _ring_pair(kind, **kw)
+    assert _verdict(baseline, distributed, rel)[0] != "verified"
+    assert not _oracle_equal(baseline, distributed, rel)
+
+
+def test_the_ring_law_is_the_rule_that_proves_it() -> None:
+    baseline, distributed, rel = _ring_pair("matmul")
+    result = verify(parse_relations(rel), parse_hlo(baseline), parse_hlo(distributed))
+    rules = {step["rule"] for t in result.trace for step in t["steps"]}
+    assert "permute/ring-steps-cover-all-blocks" in rules, rules
+
+
+# ---- algebra written another way -----------------------------------------------------------
+
+V = "f32[8,16]{1,0}"
+
+
+def _prog(name: str, body: list[str], root: str) -> str:
+    lines = "\n".join(f"  {b}" for b in body)
+    return f"HloModule {name}\n\n{ADD}\nENTRY %main (x: f32[8,16]) -> f32[8,16] {{\n  %x = {V} parameter(0)\n{lines}\n  ROOT %out = {V} copy({V} {root})\n}}\n"
+
+
+def _divide(name: str, src: str, by: str) -> list[str]:
+    return [f"%{name}.c = f32[] constant({by})", f"%{name}.b = {V} broadcast(f32[] %{name}.c), dimensions={{}}", f"%{name} = {V} divide({V} {src}, {V} %{name}.b)"]
+
+
+DUP_REL = {"groups": [[0, 1, 2, 3]], "inputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}], "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+
+
+def _allreduce(src: str, groups: str = GROUPS) -> str:
+    return f"%ar = {V} all-reduce({V} {src}), replica_groups={groups}, to_apply=%add"
+
+
+ALGEBRA_CORRECT = {
+    # the average on every rank, then all-reduce(add): the value itself
+    "dup_over_c_all_reduced": (["%e = f32[8,16]{1,0} exponential(f32[8,16]{1,0} %x)"], "%e", ["%e = f32[8,16]{1,0} exponential(f32[8,16]{1,0} %x)", *_divide("q", "%e", "4"), _allreduce("%q")], "%ar"),
+    # ... divided in two steps
+    "dup_over_2_over_2_all_reduced": (["%e = f32[8,16]{1,0} exponential(f32[8,16]{1,0} %x)"], "%e", ["%e = f32[8,16]{1,0} exponential(f32[8,16]{1,0} %x)", *_divide("q", "%e", "2"), *_divide("q2", "%q", "2"), _allreduce("%q2")], "%ar"),
+    # (x / a) / b against x / (a*b)
+    "divide_twice_vs_once": (_divide("q", "%x", "6"), "%q", [*_divide("q", "%x", "2"), *_divide("q2", "%q", "3")], "%q2"),
+}
+
+ALGEBRA_BUGS = {
+    "dup_over_2_all_reduced": (["%e = f32[8,16]{1,0} exponential(f32[8,16]{1,0} %x)"], "%e", ["%e = f32[8,16]{1,0} exponential(f32[8,16]{1,0} %x)", *_divide("q", "%e", "2"), _allreduce("%q")], "%ar"),
+    "divide_twice_wrong_total": (_divide("q", "%x", "6"), "%q", [*_divide("q", "%x", "2"), *_divide("q2", "%q", "2")], "%q2"),
+    "dup_all_reduced_over_half_the_ranks": (["%e = f32[8,16]{1,0} exponential(f32[8,16]{1,0} %x)"], "%e", ["%e = f32[8,16]{1,0} exponential(f32[8,16]{1,0} %x)", *_divide("q", "%e", "4"), _allreduce("%q", "{{0,1},{2,3}}")], "%ar"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ALGEBRA_CORRECT))
+def test_a_law_written_another_way_verifies_and_the_oracle_agrees(name: str) -> None:
+    base_body, base_root, dist_body, dist_root = ALGEBRA_CORRECT[name]
+    baseline, distributed = _prog("base", base_body, base_root), _prog("dist", dist_body, dist_root)
+    verdict, reason = _verdict(baseline, distributed, DUP_REL)
+    assert verdict == "verified", reason
+    assert _oracle_equal(baseline, distributed, DUP_REL)
+
+
+@pytest.mark.parametrize("name", sorted(ALGEBRA_BUGS))
+def test_a_law_written_wrong_is_not_verified_and_the_oracle_sees_it(name: str) -> None:
+    base_body, base_root, dist_body, dist_root = ALGEBRA_BUGS[name]
+    baseline, distributed = _prog("base", base_body, base_root), _prog("dist", dist_body, dist_root)
+    assert _verdict(baseline, distributed, DUP_REL)[0] != "verified"
+    assert not _oracle_equal(baseline, distributed, DUP_REL)
+
+
+def test_an_all_reduce_over_reordered_groups_is_the_same_sum() -> None:
+    baseline, distributed, rel = _ring_pair("allreduce", steps=0)
+    for groups in ("{{3,1,0,2}}", "{{0,1,2,3}}"):
+        dist = distributed.replace("  ROOT %o = f32[8,8]{1,0} copy(f32[8,8]{1,0} %p0)", f"  %s = f32[8,8]{{1,0}} all-reduce(f32[8,8]{{1,0}} %p0), replica_groups={groups}, to_apply=%add\n  ROOT %o = f32[8,8]{{1,0}} copy(f32[8,8]{{1,0}} %s)")
+        dist = dist.replace("HloModule dist\n", "HloModule dist\n\n" + ADD)
+        assert "all-reduce" in dist
+        verdict, reason = _verdict(baseline, dist, rel)
+        assert verdict == "verified", (groups, reason)
+        assert _oracle_equal(baseline, dist, rel)

@@ -32,7 +32,7 @@ class Facts:
 
 
 def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
-    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "inrange", "argpair", "argix", "extof", "gext", "gix", "athas", "argcand"])
+    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "inrange", "argpair", "argix", "extof", "gext", "gix", "athas", "argcand", "rot", "rterm", "rsum"])
     cls_of_value: dict[object, int] = {}
     classes: dict[int, int] = {}
     members: dict[int, list[int]] = {}
@@ -112,6 +112,15 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
         add_dist_only(xp, f"whether the rank holds the {op} along dim {d}", "argreduce/holds-extreme")
     for xp, _x, d, op, _n, _t in tables["argcand"]:
         add_dist_only(xp, f"the rank's candidate for arg{op} along dim {d} (min over ranks)", "argreduce/candidate")
+    # Ring steps (rules/permute.egg): related for localization; only a sum over every block
+    # (rsum over all offsets) relates plainly, as dup.
+    for x, xp, d, k in tables["rot"]:
+        add(x, xp, f"block (r+{k}) mod c along dim {d}")
+    for x, xp, k, _a, _b, _tag in tables["rterm"]:
+        add(x, xp, f"the term of block (r+{k}) mod c of a sum over blocks")
+    for x, xp, m, _a, _b, _tag in tables["rsum"]:
+        ks = [str(k) for k in range(63) if int(m) >> k & 1]  # type: ignore[call-overload]
+        add(x, xp, f"the sum of the terms of blocks (r+k) mod c for k in {{{','.join(ks)}}}")
     for name in ("shifted", "below0", "abovew", "outside", "clamped", "vgather", "vmask"):
         for ids, xp, w in tables[name]:
             add(ids, xp, f"{name}(w={w})")

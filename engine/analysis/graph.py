@@ -74,6 +74,10 @@ def _groups_ok(ins: Instruction, spec: RelationSpec) -> bool:
     if groups == []:
         # XLA: empty replica_groups means one group of all replicas.
         return len(spec.groups) == 1 and spec.groups[0] == list(range(len(spec.groups[0])))
+    if ins.opcode == "all-reduce":
+        # A sum (max, min) over a group is the same whatever order its ranks, or the groups,
+        # are listed in; all-gather and reduce-scatter place blocks by that order.
+        return sorted(sorted(g) for g in groups) == sorted(sorted(g) for g in spec.groups)
     return [list(g) for g in groups] == [list(g) for g in spec.groups]
 
 

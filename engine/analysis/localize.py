@@ -123,6 +123,10 @@ def _divergence(spec: RelationSpec, g: Graphs, facts: Facts, n: Node, sm: Source
         "baseline_counterpart": _baseline_counterpart(g, facts, n),
         "operands": [_operand(g, facts, o, sm) for o in n.operands],
         "hint": _hint(spec, g, facts, n),
+        # The numeric witness (analysis.witnessing) relabels: "rule-gap" where the expected
+        # relation holds numerically, with what it saw in "numeric".
+        "kind": "divergence",
+        "numeric": None,
     }
 
 
@@ -187,6 +191,12 @@ def _cause(spec: RelationSpec, g: Graphs, facts: Facts, n: Node) -> str:
     def name(o: int) -> str:
         return "%" + g.nodes[o].ins.name
 
+    if ins.opcode == "collective-permute":
+        # Permutes carry pairs, not replica groups (rules/permute.egg): a shift of the ring
+        # moves shards and partial sums; any other pairing moves values to no known relation.
+        pairs = ins.parsed.get("source_target_pairs") or []
+        return (f"no rule relates this collective-permute with source_target_pairs {[list(p) for p in pairs]} (a ring step needs the cyclic shift of every sharding group {spec.groups} in group order, "
+                "applied to a shard, a partial sum or a value identical on every rank); operands: " + ", ".join(f"{name(o)} is {describe(g, facts, o)}" for o in n.operands))
     if ins.opcode in COLLECTIVES:
         groups = ins.parsed.get("replica_groups")
         if n.sig is not None and "groups=G" not in n.sig.key():
@@ -200,6 +210,8 @@ def _cause(spec: RelationSpec, g: Graphs, facts: Facts, n: Node) -> str:
         return f"no rule relates this {ins.opcode} to the baseline; operands: " + ", ".join(f"{name(o)} is {describe(g, facts, o)}" for o in n.operands)
     for o, rs in rels.items():
         for r in rs:
+            if r.startswith("the sum of the terms of blocks"):  # rules/permute.egg, rsum
+                return f"operand {name(o)} is {r}, not all {spec.c} of them: a ring step is missing or repeated before this {ins.opcode}"
             if r.startswith("partial"):
                 op = r[len("partial(") : -1]
                 return f"operand {name(o)} is a partial {'sum' if op == 'add' else op} over ranks {group}: a reduction (all-reduce) is missing before this {ins.opcode}"
@@ -252,18 +264,26 @@ def _baseline_counterpart(g: Graphs, facts: Facts, n: Node) -> str | None:
     return None
 
 
-def trace(g: Graphs, facts: Facts, out: Node, sm: SourceMap) -> list[dict[str, Any]]:
-    """The related distributed ancestors of an output, inputs first: fact, rule, instruction pair."""
+def trace(g: Graphs, facts: Facts, out: Node, sm: SourceMap, cache: dict[int, list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
+    """The related distributed ancestors of an output, inputs first: fact, rule, instruction pair.
+    ``cache`` (gid -> its steps) is shared across the outputs of one pair: a training step's
+    outputs (one per parameter) share almost all their ancestors."""
     order = sorted(ancestors(g, [out.gid]))
     steps = []
+    cache = {} if cache is None else cache
     for gid in order:
+        if gid in cache:
+            steps.extend(cache[gid])
+            continue
         n = g.nodes[gid]
+        cache[gid] = own = []
         for f in facts.by_dist.get(gid, [])[:2]:
-            steps.append({
+            own.append({
                 "distributed": "%" + n.ins.name,
                 "baseline": baseline_name(g, facts, f.baseline) if f.baseline >= 0 else None,
                 "relation": f.relation,
                 "rule": f.rule,
                 "source": str(sm.source(n.ins)),
             })
+        steps.extend(own)
     return steps

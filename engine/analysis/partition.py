@@ -23,6 +23,31 @@ from .ops import LEAVES
 
 DEFAULT_LAYER_PATTERN = r"(?:^|[/._])(?:layers|layer|blocks|block|h)[._/](\d+)(?=$|[/._])"
 
+# The backward pass runs the layers in reverse: the backward of layer k gets the label
+# BACKWARD_BASE - k, after every forward label and after the backward of layer k + 1. The front
+# end names each autograd instruction ``backward.N/<module path>/...`` (the module whose forward
+# it differentiates); JAX names transposed instructions ``transpose(...)``.
+BACKWARD_BASE = 1 << 30
+_BACKWARD_RE = re.compile(r"(?:^|/)(?:backward(?:\.\d+)?(?:/|$)|transpose\()")
+
+
+def layer_label(op_name: str, rx: re.Pattern[str]) -> int:
+    """The layer an instruction names in its op_name (-1: none, it inherits its operands')."""
+    m = rx.search(op_name)
+    if m is None:
+        return -1
+    n = int(m.group(1))
+    return BACKWARD_BASE - n if _BACKWARD_RE.search(op_name) else n
+
+
+def is_backward(label: int) -> bool:
+    return label > BACKWARD_BASE // 2
+
+
+def label_text(label: int) -> str:
+    """A segment label for people: ``7`` or ``backward of 7``."""
+    return f"backward of {BACKWARD_BASE - label}" if is_backward(label) else str(label)
+
 OpName = Callable[[Instruction], str]
 
 
@@ -52,8 +77,7 @@ def _layers(comp: Computation, op_name: OpName, pattern: re.Pattern[str], fixed:
         if ins.opcode in LEAVES or ins.name in cone:
             continue
         inherited = max((layer[o] for o in ins.operands if o in layer), default=-1)
-        m = pattern.search(op_name(ins) or "")
-        explicit = int(m.group(1)) if m else -1
+        explicit = layer_label(op_name(ins) or "", pattern)
         # Never earlier than an operand: segments must stay in topological order.
         layer[ins.name] = max(explicit, inherited)
     return layer

@@ -28,6 +28,7 @@ group size ``c``, computed here once per distinct signature and loaded as TSV ta
                              sharding group (dist signatures only).
 ``alltoall(k, t, L, K)``     array all-to-all k of a tensor sharded along t: layout L, kind K
                              (alltoall_layouts).
+``cpshift(k, m)``           collective-permute k shifts every group's ring by m (ring_shift).
 ``ccident(k)``, ``ccmoves(k, d, kp)``: custom-calls as the relations file declares them
                              (Tables.custom_call).
 """
@@ -369,6 +370,9 @@ class Tables:
         targets = {t for _, t in pairs}
         if all(set(g) <= targets for g in groups) and len(targets) == len(pairs):
             self.add("permuteall", sig.key())
+        m = ring_shift(pairs, groups)
+        if m is not None:
+            self.add("cpshift", sig.key(), m)
 
 
 def custom_call_problem(rule: CustomCallRule, out: tuple[str, Dims], operands: list[tuple[str, Dims]]) -> str | None:
@@ -386,6 +390,19 @@ def custom_call_problem(rule: CustomCallRule, out: tuple[str, Dims], operands: l
         bad = [d for d in rule.reduces if d >= len(out[1])]
         if bad:
             return f"{where}, but its result has only {len(out[1])} dims (no dim {bad[0]})"
+    return None
+
+
+def ring_shift(pairs: list[list[int]] | list[tuple[int, int]], groups: list[list[int]]) -> int | None:
+    """m when the (source, target) pairs are exactly the cyclic shift by m (0 < m < c) of every
+    group in group order: group[i] sends to group[(i + m) mod c]. None for anything else."""
+    c = len(groups[0])
+    have = {tuple(p) for p in pairs}
+    if len(have) != len(pairs) or c < 2:
+        return None
+    for m in range(1, c):
+        if have == {(g[i], g[(i + m) % c]) for g in groups for i in range(c)}:
+            return m
     return None
 
 

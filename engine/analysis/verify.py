@@ -491,6 +491,7 @@ def _saturate(session: Session, g: Graphs, solver: LayoutSolver, budget: Budget)
 def _decide(spec: RelationSpec, g: Graphs, facts: Facts, bouts: list[Instruction], douts: list[Instruction], sm: SourceMap, saturated: bool) -> Result:
     outputs = []
     all_ok = True
+    steps: dict[int, list[dict[str, Any]]] = {}  # trace steps per node, shared by the outputs
     for b in spec.outputs:
         assert isinstance(b.baseline, int) and isinstance(b.distributed, int)
         bn = g.node("baseline", bouts[b.baseline].name)
@@ -506,7 +507,7 @@ def _decide(spec: RelationSpec, g: Graphs, facts: Facts, bouts: list[Instruction
             "expected": want,
             "found": sorted({f.relation for f in have}),
             "ok": ok,
-            "trace": trace(g, facts, dn, sm),
+            "trace": trace(g, facts, dn, sm, steps),
         })
     res = Result(VERIFIED if all_ok else DIVERGED, outputs=outputs)
     res.trace = [{"output": o["index"], "steps": o.pop("trace")} for o in outputs]

@@ -63,6 +63,28 @@ def _counterpart(d: dict[str, Any]) -> str | None:
     return m.group(1) if m else None
 
 
+# A collective has no counterpart of its own opcode in the baseline: what it should equal is the
+# baseline value its operand stands for (an all-reduce of a partial sum of B is B, an all-gather
+# of a shard of B is B).
+_COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+
+
+def _collective_partner(result: Result, d: dict[str, Any]) -> str | None:
+    if d.get("opcode") not in _COLLECTIVES or result.context is None:
+        return None
+    g, facts = result.context
+    gid = g.by_name.get(("distributed", d["instruction"].lstrip("%")))
+    if gid is None or not g.nodes[gid].operands:
+        return None
+    for f in facts.by_dist.get(g.nodes[gid].operands[0], []):
+        if f.baseline < 0:
+            continue
+        for m in facts.members.get(f.baseline, []):
+            if g.nodes[m].side == "baseline" and g.nodes[m].ins.opcode != "constant":
+                return str(g.nodes[m].ins.name)
+    return None
+
+
 def _where(d: dict[str, Any]) -> str:
     src = d.get("source") or {}
     return f"{src['file']}:{src['line']}" if src.get("file") else f"HLO line {d.get('hlo_line')}"
@@ -81,7 +103,7 @@ def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict
     doc = relations_doc(spec)
     probes = []
     if result.verdict == DIVERGED:
-        probes = [Probe(d["instruction"].lstrip("%"), _counterpart(d)) for d in result.divergences]
+        probes = [Probe(d["instruction"].lstrip("%"), _counterpart(d) or _collective_partner(result, d)) for d in result.divergences]
     w: dict[str, Any] = {"status": "skipped", "reason": "", "seeds": [], "trials": 0, "seconds": 0.0, "command": command(paths, spec.path, options.seeds[0]), "outputs": []}
     result.witness = w
     try:

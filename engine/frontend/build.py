@@ -54,6 +54,8 @@ class BuildRequest:
     own_size: list[str] = field(default_factory=list)  # knobs the model sets itself (not defaults)
     variant: str | None = None
     outputs: list[Any] | None = None
+    rank: str = "traced"  # "int": per-rank builds lifted into one program (torchdist/)
+    source_packages: list[str] = field(default_factory=list)  # installed packages whose frames are the user's
 
     @property
     def c(self) -> int:
@@ -130,26 +132,30 @@ def _local_shape(spec: Input, c: int) -> tuple[int, ...]:
 
 
 @contextmanager
-def _module_scopes(module: Any) -> Iterator[None]:
+def _module_scopes(module: Any, path: list[str] | None = None) -> Iterator[None]:
     """Name every submodule's ops by its path (``layers.3.attn``) in the HLO ``op_name``.
 
     The verifier cuts graphs at layer boundaries by these names and the source map reports them;
-    hooks rather than a wrapper keep the user's frames the innermost ones.
+    hooks rather than a wrapper keep the user's frames the innermost ones. ``path`` (when given)
+    is kept as the stack of the module paths being run, innermost last.
     """
     import torch_xla
 
     stack: list[Any] = []
+    names = path if path is not None else []
     handles = []
 
     def pre(name: str) -> Callable[..., None]:
         def hook(_module: Any, _args: Any) -> None:
             stack.append(torch_xla._XLAC.profiler.scope_pusher(name))
+            names.append(name)
 
         return hook
 
     def post(_module: Any, _args: Any, _out: Any) -> None:
         if stack:
             stack.pop()
+            names.pop()
 
     for name, sub in module.named_modules():
         if name:
@@ -161,6 +167,99 @@ def _module_scopes(module: Any) -> Iterator[None]:
         for handle in handles:
             handle.remove()
         stack.clear()
+
+
+def _python_stack(start: Any) -> list[tuple[str, int, str]]:
+    """(file, line, function) of ``start`` and its callers, innermost first."""
+    out = []
+    frame = start
+    while frame is not None:
+        out.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+        frame = frame.f_back
+    return out
+
+
+@contextmanager
+def _autograd_sites(path: list[str], sites: list[capture.Site]) -> Iterator[None]:
+    """Name every instruction of the backward pass by the forward call it differentiates.
+
+    Autograd runs the backward on a thread of its own, with no Python frame of the user's and
+    no module scope: its instructions would carry no module path (so every one would fall into
+    the last layer's segment) and no source line. While the forward runs, every torch call that
+    makes autograd nodes is recorded as a site (its Python stack and innermost module path), and
+    each new node (those a composite call makes inside it too) gets a pre-hook and a post-hook.
+    When autograd runs the node, the hooks push the scopes ``backward`` / module path / site
+    marker around it, on the backward thread itself, so that its instructions read
+    ``backward.N/layers.3.attn.q/...``; capture() strips the site marker and gives them the
+    site's frames. Instructions autograd makes between nodes (sums of gradients that meet)
+    carry no scope and inherit their operands' layer.
+    """
+    import torch
+    import torch_xla
+    from torch.overrides import TorchFunctionMode
+
+    pusher = torch_xla._XLAC.profiler.scope_pusher
+    active: list[list[Any]] = []
+    seen: set[int] = set()
+    keep: list[Any] = []  # the hooked nodes stay alive, so their sequence numbers stay unique
+    last = [-1]
+
+    def hooks(site: int, module: str) -> tuple[Callable[..., None], Callable[..., None]]:
+        def pre(_grad_outputs: Any) -> None:
+            scopes = [pusher(capture.BACKWARD_SCOPE)]
+            if module:
+                scopes.append(pusher(module))
+            scopes.append(pusher(f"{capture.SITE_SCOPE}{site}"))
+            active.append(scopes)
+
+        def post(_grad_inputs: Any, _grad_outputs: Any) -> None:
+            if active:
+                scopes = active.pop()
+                while scopes:
+                    scopes.pop()  # innermost scope first
+
+        return pre, post
+
+    def tensors(out: Any) -> Iterator[Any]:
+        if isinstance(out, torch.Tensor):
+            yield out
+        elif isinstance(out, (tuple, list)):
+            for item in out:
+                yield from tensors(item)
+
+    class Sites(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            roots = [t.grad_fn for t in tensors(out) if t.grad_fn is not None]
+            if not roots:
+                return out
+            site = -1
+            newest = last[0]
+            stack = roots
+            while stack:
+                node = stack.pop()
+                if node is None:
+                    continue
+                seq = node._sequence_nr()
+                # Nodes older than the previous call were hooked then (or precede the
+                # forward); AccumulateGrad's number is the maximum and never differentiates.
+                if seq in seen or seq <= last[0] or seq >= 1 << 62:
+                    continue
+                seen.add(seq)
+                newest = max(newest, seq)
+                if site < 0:
+                    site = len(sites)
+                    sites.append(capture.Site(_python_stack(sys._getframe(1)), path[-1] if path else ""))
+                pre, post = hooks(site, sites[site].module)
+                node.register_prehook(pre)
+                node.register_hook(post)
+                keep.append(node)
+                stack.extend(n for n, _ in node.next_functions)
+            last[0] = newest
+            return out
+
+    with Sites():
+        yield
 
 
 _TOKEN_COLLECTIVE = re.compile(r"^_xla_(?:all_gather|all_reduce|reduce_scatter|all_to_all|collective_permute|send|recv)")
@@ -216,7 +315,7 @@ def _flatten(out: Any, where: str) -> list[Any]:
     raise DeclarationError(f"{where} returned {type(out).__name__}; expected a tensor, or a tuple/list/dict of tensors")
 
 
-def _trace(program: Any, inputs: dict[str, Any], where: str, root: Path, exclude: list[str]) -> Side:
+def _trace(program: Any, inputs: dict[str, Any], where: str, root: Path, exclude: list[str], packages: Sequence[str] = ()) -> Side:
     import torch
     import torch.nn as nn
 
@@ -224,6 +323,8 @@ def _trace(program: Any, inputs: dict[str, Any], where: str, root: Path, exclude
     params: dict[str, Any] = {}
     modules: set[str] = set()
     args = tuple(inputs.values())
+    path: list[str] = []
+    sites: list[capture.Site] = []
     if isinstance(program, nn.Module):
         weights = dict(program.named_parameters())
         state = {**weights, **dict(program.named_buffers())}
@@ -235,10 +336,10 @@ def _trace(program: Any, inputs: dict[str, Any], where: str, root: Path, exclude
                 ph.requires_grad_(True)
             params[name] = ph
         modules = {name for name, _ in program.named_modules() if name}
-        with _module_scopes(program), _unchained_tokens():
+        with _module_scopes(program, path), _autograd_sites(path, sites), _unchained_tokens():
             out = torch.func.functional_call(program, params, args)
     elif callable(program):
-        with _unchained_tokens():
+        with _autograd_sites(path, sites), _unchained_tokens():
             out = program(*args)
     else:
         raise DeclarationError(f"{where} is {type(program).__name__}; expected an nn.Module or a callable")
@@ -248,7 +349,7 @@ def _trace(program: Any, inputs: dict[str, Any], where: str, root: Path, exclude
             raise DeclarationError(f"{where}: output {index} is on the meta device; the program computed it from a tensor the front end did not replace (one created in __init__ that is neither a parameter nor a buffer?)")
         if tensor.device.type != "xla":
             raise DeclarationError(f"{where}: output {index} is on {tensor.device}, not the XLA device (create tensors with device=x.device)")
-    captured = capture.capture(tensors, root, exclude=exclude)
+    captured = capture.capture(tensors, root, exclude=exclude, sites=sites, packages=packages)
     return Side(captured, inputs, params, len(tensors), modules)
 
 
@@ -328,6 +429,10 @@ def build(request: BuildRequest) -> dict[str, Any]:
     """Trace both programs and write the four artifacts; returns a summary for the report."""
     import torch
 
+    if request.rank == "int":
+        from .torchdist.build import build as build_per_rank
+
+        return build_per_rank(request)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     root = Path(request.root)
@@ -348,7 +453,7 @@ def build(request: BuildRequest) -> dict[str, Any]:
 
     t = time.perf_counter()
     base_inputs = {i.name: capture.placeholder(tuple(i.shape), _dtype(i.dtype)) for i in decl.inputs}
-    base = _trace(decl.baseline, base_inputs, "baseline", root, exclude)
+    base = _trace(decl.baseline, base_inputs, "baseline", root, exclude, request.source_packages)
     timings["baseline"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -356,7 +461,7 @@ def build(request: BuildRequest) -> dict[str, Any]:
     with torch.device("meta"):
         program = decl.distributed(rank)
     dist_inputs = {i.name: capture.placeholder(_local_shape(i, c), _dtype(i.dtype)) for i in decl.inputs}
-    dist = _trace(program, dist_inputs, "distributed", root, exclude)
+    dist = _trace(program, dist_inputs, "distributed", root, exclude, request.source_packages)
     timings["distributed"] = time.perf_counter() - t
     # A knob the model sets but its entry never reads (not even while building the programs)
     # is a typo or a stale setting; knobs from `defaults` may be meant for other entry points.
@@ -458,7 +563,7 @@ def _relations(request: BuildRequest, decl: Model, plan: Plan, base: Side, dist:
     for key in plan.unused(list(base.params)):
         print(f"warning: plan entry {key!r} matches no parameter of the model", file=sys.stderr)
 
-    r = _number(dist, rank)
+    r = _number(dist, rank) if rank is not None else None
     if r is not None:
         entry(None, r, ["relation: rank"], "the rank's index in its group: s32[]")
     for number in sorted(set(dist.captured.parameter_shapes) - known):

@@ -31,6 +31,39 @@ _LOWERING_NAME = "IrToHlo"
 
 _PACKAGE_DIRS = ("site-packages", "dist-packages")
 
+# Scopes the front end pushes while autograd runs (build._autograd_sites): ``backward`` marks
+# an instruction of the backward pass (the verifier cuts the backward at layer boundaries in
+# reverse order by it), and ``shardproof_site_<i>`` names the forward call it differentiates.
+# The site marker never reaches the files: capture() strips it and gives the instruction the
+# site's frames instead.
+BACKWARD_SCOPE = "backward"
+SITE_SCOPE = "shardproof_site_"
+_SITE_SEGMENT = re.compile(rf"^{SITE_SCOPE}(\d+)(?:\.\d+)?$")
+
+
+@dataclass
+class Site:
+    """A forward call that made autograd nodes: its Python stack (innermost first, absolute
+    paths) and the innermost module path running it."""
+
+    stack: list[tuple[str, int, str]]
+    module: str
+
+
+def _split_site(op_name: str) -> tuple[str, int | None]:
+    """``op_name`` without its site marker, and the site it names (None: no marker)."""
+    if SITE_SCOPE not in op_name:
+        return op_name, None
+    site = None
+    kept = []
+    for segment in op_name.split("/"):
+        m = _SITE_SEGMENT.match(segment)
+        if m:
+            site = int(m.group(1))
+        else:
+            kept.append(segment)
+    return "/".join(kept), site
+
 
 def configure_environment(device: str = "CPU") -> None:
     """Set what torch-xla reads once at import time; call before the first ``import torch_xla``.
@@ -97,6 +130,14 @@ def is_repository_file(path: str, root: Path) -> bool:
     except ValueError:
         return False
     return _package_relative(relative.parts) is None
+
+
+def in_packages(path: str, packages: Sequence[str]) -> bool:
+    """Whether ``path`` is a file of one of the installed ``packages`` (top-level names)."""
+    if not packages or not path.startswith("/"):
+        return False
+    relative = _package_relative(PurePosixPath(path).parts)
+    return relative is not None and relative.split("/", 1)[0] in packages
 
 
 def portable_path(path: str, root: Path) -> str:
@@ -377,6 +418,16 @@ def _resolved_files(index: dict[str, Any]) -> list[str]:
     return [os.path.realpath(f) if f.startswith("/") else f for f in index.get("fileNames", [])]
 
 
+_REAL: dict[str, str] = {}
+
+
+def real(path: str) -> str:
+    """``path`` resolved like the frame index's file names (cached: a stack repeats its files)."""
+    if path not in _REAL:
+        _REAL[path] = os.path.realpath(path) if path.startswith("/") else path
+    return _REAL[path]
+
+
 def _walk_frames(frame_id: int, index: dict[str, Any], files: list[str] | None = None) -> list[tuple[str, int, str]]:
     """(file, line, function) from the innermost frame outwards; ids in the proto are 1-based.
 
@@ -401,14 +452,16 @@ def _walk_frames(frame_id: int, index: dict[str, Any], files: list[str] | None =
 
 
 def capture(
-    outputs: Iterable[Any], root: Path | str, exclude: Iterable[Path | str] = ()
+    outputs: Iterable[Any], root: Path | str, exclude: Iterable[Path | str] = (), sites: Sequence[Site] = (), packages: Sequence[str] = ()
 ) -> Capture:
     """Lower ``outputs`` to HLO text plus a source map whose frames are repository files.
 
     ``root`` is the repository root: frames outside it (and inside any site-packages below it)
     are dropped from the source map, and every path in the text is rewritten to name no
     directory of this machine. Frames of the files in ``exclude`` (a tracing driver, say) are
-    dropped too, so that the map names the model code only.
+    dropped too, so that the map names the model code only. An instruction of the backward pass
+    whose op_name names one of ``sites`` gets that forward call's frames and ``"backward": true``
+    in the map (its own stack is autograd's thread: torch internals at best).
     """
     import torch_xla
 
@@ -426,8 +479,8 @@ def capture(
 
     numbering = _ScopeNumbering()
     for match in _OP_NAME_RE.finditer(raw_text):
-        numbering.learn(match.group(1))
-    text = _OP_NAME_RE.sub(lambda m: f'op_name="{numbering.apply(m.group(1))}"', raw_text)
+        numbering.learn(_split_site(match.group(1))[0])
+    text = _OP_NAME_RE.sub(lambda m: f'op_name="{numbering.apply(_split_site(m.group(1))[0])}"', raw_text)
     shown: dict[str, str] = {}
 
     def show(path: str) -> str:
@@ -448,7 +501,7 @@ def capture(
 
     def user_file(file_name: str) -> str | None:
         if file_name not in kept_files:
-            keep = is_repository_file(file_name, root) and file_name not in excluded
+            keep = (is_repository_file(file_name, root) or in_packages(file_name, packages)) and file_name not in excluded
             kept_files[file_name] = portable_path(file_name, root) if keep else None
         return kept_files[file_name]
 
@@ -460,6 +513,17 @@ def capture(
                 if (shown := user_file(file_name)) is not None
             ]
         return chains[frame_id]
+
+    site_chains: dict[int, list[dict[str, Any]]] = {}
+
+    def site_frames(site: int) -> list[dict[str, Any]]:
+        if site not in site_chains:
+            site_chains[site] = [
+                {"file": shown, "line": line, "function": function}
+                for file_name, line, function in sites[site].stack
+                if (shown := user_file(real(file_name))) is not None
+            ]
+        return site_chains[site]
 
     instructions: dict[str, Any] = {}
     parameter_shapes: dict[int, tuple[str, tuple[int, ...]]] = {}
@@ -475,9 +539,13 @@ def capture(
             metadata = instruction.get("metadata")
             if not metadata:
                 continue
+            op_name, site = _split_site(metadata.get("opName", ""))
+            if site is not None and 0 <= site < len(sites):
+                instructions[instruction["name"]] = {"frames": site_frames(site), "op_name": numbering.apply(op_name), "backward": True}
+                continue
             instructions[instruction["name"]] = {
                 "frames": user_frames(int(metadata.get("stackFrameId", 0))),  # shared, never mutated
-                "op_name": numbering.apply(metadata.get("opName", "")),
+                "op_name": numbering.apply(op_name),
             }
     # Hidden files as the text names them: the verifier skips them in HLO metadata as well (an
     # instruction the map lacks, e.g. one part of a split all-reduce, falls back to metadata).

@@ -110,7 +110,24 @@ def _summary(doc: dict[str, Any]) -> str:
     return text + f" ({doc['seconds']:.1f}s)"
 
 
+def _jax(args: argparse.Namespace, command: str) -> int | None:
+    """A ``framework: jax`` configuration goes to the JAX front end (frontend/jax/run.py)."""
+    try:
+        config = _config(args)
+        import yaml
+
+        if (yaml.safe_load(Path(config).read_text()) or {}).get("framework") != "jax":
+            return None
+    except Exception:  # not readable here: the torch path reports it with its location
+        return None
+    from .jax.run import main as jax_main
+
+    return jax_main([command, "--config", str(config), "--out", str(args.out)] + (["--models", args.models] if args.models else []))
+
+
 def _run(args: argparse.Namespace) -> int:
+    if (code := _jax(args, "run")) is not None:
+        return code
     try:
         config = _config(args)
         from .config import load_config
@@ -133,6 +150,9 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
+    if (code := _jax(args, "build")) is not None:
+        return code
+
     def show(entry: dict[str, Any]) -> None:
         state = "built" if entry["status"] == "built" else "build-failed"
         line = f"{entry['name']}: {state} in {entry['build']['seconds']:.2f}s, peak RSS {entry['build']['peak_rss_mb']:.0f} MiB"

@@ -52,6 +52,7 @@ class ModelConfig:
     env: dict[str, str] = field(default_factory=dict)
     description: str = ""
     reference: str = ""
+    rank: str = "traced"  # "int": per-rank builds, lifted (frontend/torchdist)
 
     @property
     def tp(self) -> int:
@@ -65,6 +66,7 @@ class Config:
     python_path: list[Path]
     hide_frames: list[str]
     models: list[ModelConfig]
+    source_packages: list[str] = field(default_factory=list)
 
     def where(self, model: ModelConfig, key: str) -> str:
         """``file:line: models[3].entry`` for messages about ``key`` of ``model``."""
@@ -262,9 +264,10 @@ def parse_config(data: Any, path: Path, lines: dict[tuple[str | int, ...], int] 
                 env=dict(merged.get("env", {})),
                 description=merged.get("description", ""),
                 reference=merged.get("reference", ""),
+                rank=merged.get("rank", "traced"),
             )
         )
-    return Config(path, root, python_path, list(data.get("hide_frames", [])), models)
+    return Config(path, root, python_path, list(data.get("hide_frames", [])), models, list(data.get("source_packages", [])))
 
 
 def _yaml_word(value: Any) -> str:

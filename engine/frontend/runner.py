@@ -30,9 +30,10 @@ from ..errors import InputError, internal, phase
 from .config import Config, ModelConfig, load_config
 
 RESULT_VERSION = 1
+ERROR_STATUS = "error"
 ARTIFACTS = ("baseline", "distributed", "relations", "sourcemap")
 _FILES = {"baseline": "baseline.hlo", "distributed": "distributed.hlo", "relations": "relations.yaml", "sourcemap": "sourcemap.json"}
-STATUS_EXIT = {"verified": 0, "diverged": 1, "unproven": 2, "unsupported": 2, "inconclusive": 2, "build-failed": 2, "error": 4}
+STATUS_EXIT = {"verified": 0, "diverged": 1, "rank-specific": 1, "unproven": 2, "unsupported": 2, "inconclusive": 2, "build-failed": 2, "error": 4}
 TAIL_LINES = 15
 READY_TIMEOUT = 600.0  # importing torch-xla on a cold disk can be slow; this is not a model's cap
 KILL_GRACE = 1.0  # seconds between SIGTERM (traceback dump) and SIGKILL
@@ -230,6 +231,8 @@ def _job(config: Config, model: ModelConfig, folder: Path) -> dict[str, Any]:
         "own_size": model.own_size,
         "variant": model.variant,
         "outputs": model.outputs,
+        "rank": model.rank,
+        "source_packages": config.source_packages,
     }
     return {"request": request, "log": str(folder / "build.log"), "result": str(folder / "build.json")}
 
@@ -388,6 +391,12 @@ def run_models(
             entry["status"] = status
             if result is not None:
                 entry["result"] = result
+            # A difference between the ranks' programs that is no rank arithmetic (an int-rank
+            # model's lift, frontend/torchdist/lift.py) is a finding of its own, whatever the
+            # lifted program's verdict; the witness above shows what it does to the outputs.
+            if outcome.summary.get("rank_specific") and status != ERROR_STATUS:
+                entry["status"] = "rank-specific"
+                entry["rank_specific"] = outcome.summary["rank_specific"]
             if error:
                 entry["build"]["error"] = error
         elif outcome.ok:

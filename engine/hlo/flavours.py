@@ -176,7 +176,15 @@ class _Flattener:
             callee = callee[0]
         if isinstance(callee, str) and callee in self.m.computations:
             comp = self.m.computations[callee]
+            self.check_signature(ins, comp, [self.shape_of(o) for o in ins.operands], ins.shape)
             return self.expand(comp.instructions, dict(enumerate(ins.operands)), label)
+        if op == "get-tuple-element" and len(ins.operands) == 1:
+            # Inlined bodies bring their get-tuple-elements to the entry: XLA's verifier's rule.
+            src = self.shape_of(ins.operands[0])
+            k = ins.tuple_index
+            if src is not None and (not src.is_tuple or k is None or not 0 <= k < len(src.tuple_shapes) or str(src.tuple_shapes[k]) != str(ins.shape)):
+                loc = ins.loc
+                raise HloParseError(self.m.path, loc.line if loc else 0, loc.column if loc else 0, f"%{ins.name} (get-tuple-element) takes index {k} of {src}, which does not give {ins.shape}")
         if op == "while":
             done = self.unroll(ins, label)
             if done is not None:
@@ -200,6 +208,28 @@ class _Flattener:
                 ins = replace(ins, opcode="constant", operands=[], literal=str(v), parsed={}, attrs={})
         self.emit(ins)
         return ins.name
+
+    def shape_of(self, name: str) -> Shape | None:
+        found = self.by.get(name)
+        return found.shape if found is not None else None
+
+    def check_signature(self, ins: Instruction, comp: Computation, operands: list[Shape | None], result: Shape | None) -> None:
+        """XLA's verifier's rule, as bad input: a called computation takes parameters 0..n-1 of
+        the operands' shapes (layouts aside) and returns the caller's shape."""
+        params = comp.parameters
+        problem = ""
+        if sorted(p.parameter_number or 0 for p in params) != list(range(len(operands))):
+            problem = f"passes {len(operands)} operand(s) to %{comp.name}, which has parameter(s) {[p.parameter_number for p in params]}"
+        else:
+            for p, shp in zip(params, operands, strict=True):
+                if shp is not None and str(p.shape) != str(shp):
+                    problem = f"passes {shp} as parameter {p.parameter_number} of %{comp.name}, which is {p.shape}"
+                    break
+            if not problem and result is not None and comp.instructions and str(comp.root.shape) != str(result):
+                problem = f"is {result}, but %{comp.name} returns {comp.root.shape}"
+        if problem:
+            loc = ins.loc
+            raise HloParseError(self.m.path, loc.line if loc else 0, loc.column if loc else 0, f"%{ins.name} ({ins.opcode}) {problem}")
 
     def bitcast(self, ins: Instruction) -> str | None:
         """A bitcast keeps the buffer and reads it with the result's shape and layout: with
@@ -230,7 +260,8 @@ class _Flattener:
         return t2.name
 
     def device_id(self, ins: Instruction) -> str:
-        is_device = (op := ins.opcode) == "partition-id" if self.partition_flavour else op == "replica-id"
+        op = ins.opcode  # (a walrus inside the conditional left `op` unbound in the replica flavour)
+        is_device = op == ("partition-id" if self.partition_flavour else "replica-id")
         if is_device:
             p = replace(ins, opcode="parameter", operands=[], parameter_number=self.params, parsed={"device_id": op}, attrs={})
             self.params += 1
@@ -260,6 +291,9 @@ class _Flattener:
         body = self.m.computations.get(str(w.parsed.get("body")))
         if cond is None or body is None or len(w.operands) != 1:
             return None
+        carried = self.shape_of(w.operands[0])
+        self.check_signature(w, body, [carried], carried)
+        self.check_signature(w, cond, [carried], None)
         j = self.loops
         self.loops += 1
         state = w.operands[0]

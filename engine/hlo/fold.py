@@ -36,6 +36,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..analysis.partition import layer_label
 from .parser import (
     _CALL_KEYS,
     _FAST_ATTR,
@@ -64,7 +65,9 @@ _ARRAY_SHAPE = r"[a-z][a-z0-9]*\[[0-9,]*\](?:\{[^{}\n]*\})?"
 _TUPLE_SHAPE = r"\((?:[^()\n]|\((?:[^()\n]|\([^()\n]*\))*\))*\)"
 _SHAPE = f"(?:{_TUPLE_SHAPE}|{_ARRAY_SHAPE})"
 _NAME = rf"%{_N}"
-_OPERANDS = rf"(?:(?:{_SHAPE} )?{_NAME}(?:, (?:{_SHAPE} )?{_NAME})*)?"
+# ", " may be followed by the blanks of a comment (XLA writes ``/*index=5*/`` in long operand
+# lists; _without_comments blanks it as the parser skips it).
+_OPERANDS = rf"(?:(?:{_SHAPE} )?{_NAME}(?:, *(?:{_SHAPE} )?{_NAME})*)?"
 # One instruction as XLA's printer writes it: name, shape, then either a constant's literal /
 # a parameter's number, or an opcode whose operands are all %names (with or without their
 # shapes), then the attributes (read by the parser's own attribute scanner). Anything else is
@@ -442,8 +445,7 @@ def _label(side: _Side, pattern: re.Pattern[str]) -> None:
             continue
         inherited = max((side.label[o] for o in ins.operands if o in side.label), default=-1)
         if ins.op_name not in explicit:
-            m = pattern.search(ins.op_name)
-            explicit[ins.op_name] = int(m.group(1)) if m else -1
+            explicit[ins.op_name] = layer_label(ins.op_name, pattern)  # backward layers: reversed
         side.label[ins.name] = max(explicit[ins.op_name], inherited)
 
 

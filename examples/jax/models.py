@@ -217,3 +217,34 @@ def scan_layers(ctx: JaxContext) -> JaxModel:
     dist = shard_map(per_device, mesh=mesh, in_specs=(P(), P(None, None, "tp"), P(None, "tp", None)), out_specs=P(), check_vma=False)
     return JaxModel(base, dist, mesh, [JaxInput("x", (b, d)), JaxInput("w1s", (n, d, f), spec=(None, None, "tp")), JaxInput("w2s", (n, f, d), spec=(None, "tp", None))],
                     description=f"{n}-layer lax.scan of TP MLP blocks, TP {c}")
+
+
+def vocab_cross_entropy(ctx: JaxContext) -> JaxModel:
+    """Vocab-parallel cross-entropy (Megatron): the logits stay sharded over the vocabulary; the
+    max and the sum of exponentials are reduced over the ranks, and the target's logit comes
+    from the one rank whose vocab slice holds it (axis_index)."""
+    s, v, c = ctx.knob("seq", 8), ctx.knob("vocab", 256), ctx.knob("tp", 4)
+    w = v // c
+    mesh = ctx.mesh({"tp": c})
+    bug = ctx.variant
+
+    def base(logits: Any, target: Any) -> Any:
+        m = logits.max(axis=-1, keepdims=True)
+        lse = jnp.log(jnp.exp(logits - m).sum(axis=-1)) + m[:, 0]
+        picked = jnp.take_along_axis(logits, target[:, None], axis=-1, mode="clip")[:, 0]
+        return lse - picked
+
+    def per_device(logits: Any, target: Any) -> Any:
+        m = jax.lax.pmax(logits.max(axis=-1, keepdims=True), "tp")
+        total = jnp.exp(logits - m).sum(axis=-1)
+        if bug != "ce_missing_psum":
+            total = jax.lax.psum(total, "tp")  # BUG-SITE: ce_missing_psum
+        lse = jnp.log(total) + m[:, 0]
+        local = target - jax.lax.axis_index("tp") * w
+        mine = (local >= 0) & (local < w)
+        picked = jnp.take_along_axis(logits, jnp.where(mine, local, 0)[:, None], axis=-1, mode="clip")[:, 0]
+        return lse - jax.lax.psum(jnp.where(mine, picked, 0.0), "tp")
+
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P(None, "tp"), P()), out_specs=P(), check_vma=False)
+    return JaxModel(base, dist, mesh, [JaxInput("logits", (s, v), spec=(None, "tp")), JaxInput("target", (s,), "int32", int_range=(0, v))],
+                    description=f"vocab-parallel cross-entropy via axis_index, vocab {v} over TP {c}")

@@ -17,7 +17,8 @@ from .decode import SplitKVDecode
 from .llama import Llama, LlamaConfig
 from .moe import expert_parallel
 from .parallel import Parallel
-from .train import TrainStep
+from .ring import RingMLP
+from .train import DataParallelTrainStep, TrainStep
 from .ulysses import UlyssesAttention
 
 LLAMA_BUGS = (
@@ -29,8 +30,10 @@ LLAMA_BUGS = (
 # Bugs outside the decoder layers: ``bug_layer`` cannot confine them to one layer.
 MODEL_LEVEL_BUGS = ("bsh_logits_layout", "ce_on_gathered_logits", "loss_scaled_by_tp")
 DECODE_BUGS = ("decode_local_max",)
-TRAIN_BUGS = ("sp_norm_grad_missing", "sp_norm_grad_twice")
+TRAIN_BUGS = ("sp_norm_grad_missing", "sp_norm_grad_twice", "sp_norm_grad_wrong_group")
+DP_TRAIN_BUGS = ("dp_grad_missing", "dp_grad_scaled_twice")
 ULYSSES_BUGS = ("ulysses_batch_split",)
+RING_BUGS = ("ring_step_off_by_one",)
 
 
 def _variant(ctx: BuildContext, known: tuple[str, ...]) -> str | None:
@@ -160,6 +163,25 @@ def train_step(ctx: BuildContext) -> Model:
     )
 
 
+def dp_train_step(ctx: BuildContext) -> Model:
+    """Forward + backward + SGD step under data parallelism: the batch split over the group,
+    gradients all-reduced and averaged over it."""
+    bug = _variant(ctx, DP_TRAIN_BUGS)
+    cfg = _llama_config(ctx)
+    lr = ctx.knob("lr", 0.01)
+    baseline = DataParallelTrainStep(cfg, Parallel(), lr)
+    names = [name for name, _ in baseline.named_parameters()]
+    shape = (cfg.seq, cfg.batch, cfg.hidden)
+    return Model(
+        baseline=baseline,
+        distributed=lambda rank: DataParallelTrainStep(cfg, Parallel(ctx.tp, rank, ctx.groups, bug=bug), lr),
+        inputs=[Input("x", shape, shard=1), Input("target", shape, shard=1)],
+        plan={},
+        outputs=["replicate", *({"like": name} for name in names)],
+        description="data-parallel training step: per-rank mean loss, gradient all-reduce / DP, SGD update",
+    )
+
+
 def ulysses(ctx: BuildContext) -> Model:
     """Ulysses sequence-parallel self-attention: sequence-sharded activations, all-to-all to
     head blocks and back, replicated projections."""
@@ -173,4 +195,18 @@ def ulysses(ctx: BuildContext) -> Model:
         plan={name: "replicate" for name in ("q", "k", "v", "out")},
         outputs=[{"shard": 0}],
         description="Ulysses sequence-parallel attention (all-to-all sequence <-> heads)",
+    )
+
+
+def ring_mlp(ctx: BuildContext) -> Model:
+    """A tensor-parallel MLP whose row-parallel partial sums meet in a ring all-reduce."""
+    bug = _variant(ctx, RING_BUGS)
+    hidden, ffn = ctx.knob("hidden", 64), ctx.knob("ffn", 128)
+    batch, seq = ctx.knob("batch", 2), ctx.knob("seq", 8)
+    return Model(
+        baseline=RingMLP(hidden, ffn, Parallel()),
+        distributed=lambda rank: RingMLP(hidden, ffn, Parallel(ctx.tp, rank, ctx.groups, bug=bug)),
+        inputs=[Input("x", (seq, batch, hidden))],
+        plan={"up": "colwise", "down": "rowwise"},
+        description="tensor-parallel MLP with a ring all-reduce of collective-permutes",
     )

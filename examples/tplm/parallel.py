@@ -70,6 +70,14 @@ def reduce_scatter(x: Tensor, dim: int, groups: Groups) -> Tensor:
     return torch_xla._XLAC._xla_spmd_reduce_scatter("sum", x, 1.0, dim, len(groups[0]), groups)
 
 
+def ring_shift(x: Tensor, groups: Groups, shift: int = 1) -> Tensor:
+    """Every rank sends ``x`` ``shift`` places along its group's ring (collective-permute)."""
+    import torch_xla.core.xla_model as xm
+
+    pairs = [[g[i], g[(i + shift) % len(g)]] for g in groups for i in range(len(g))]
+    return xm.collective_permute(x, pairs)
+
+
 def all_to_all(x: Tensor, split_dim: int, concat_dim: int, groups: Groups) -> Tensor:
     """Rank j receives piece j (along ``split_dim``) of every rank's ``x``, concatenated along
     ``concat_dim`` in rank order (xm.all_to_all; the front end gives it a fresh token)."""

@@ -60,8 +60,43 @@ class TrainStep(nn.Module):
         grads = list(torch.autograd.grad(loss, params))
         for i, partial in enumerate(sequence_parallel_params(names)):
             if partial and not ps.has("sp_norm_grad_missing"):
-                grads[i] = all_reduce_sum(grads[i], ps)
+                # Strided groups, as if half the ranks were another data-parallel replica.
+                groups = [ps.groups[0][0::2], ps.groups[0][1::2]] if ps.has("sp_norm_grad_wrong_group") else None
+                grads[i] = all_reduce_sum(grads[i], ps, groups)  # BUG-SITE: sp_norm_grad_wrong_group
                 if ps.has("sp_norm_grad_twice"):
                     grads[i] = all_reduce_sum(grads[i], ps)  # BUG-SITE: sp_norm_grad_twice
         updated = [p - self.lr * g for p, g in zip(params, grads, strict=True)]  # BUG-SITE: sp_norm_grad_missing
+        return (loss, *updated)
+
+
+class DataParallelTrainStep(nn.Module):
+    """Data parallelism: (x, target) split along the batch over the group, every parameter
+    replicated. Each rank takes the mean loss of its own batch shard and differentiates it;
+    the gradients are all-reduced and divided by the group size (Megatron/DDP's mean over the
+    data-parallel group), then SGD updates the replicas identically."""
+
+    def __init__(self, cfg: LlamaConfig, dp: Parallel, lr: float = 0.01) -> None:
+        super().__init__()
+        self.dp, self.lr = dp, lr
+        self.model = DecoderStack(cfg, Parallel())
+
+    def reduce_grad(self, grad: Tensor) -> Tensor:
+        dp = self.dp
+        if dp.has("dp_grad_missing"):
+            return grad  # BUG-SITE: dp_grad_missing
+        if dp.has("dp_grad_scaled_twice"):
+            grad = grad / dp.tp  # BUG-SITE: dp_grad_scaled_twice
+        return all_reduce_sum(grad, dp) / dp.tp
+
+    def forward(self, x: Tensor, target: Tensor) -> tuple[Tensor, ...]:
+        from .layers import rotary_tables
+
+        cfg = self.model.cfg
+        cos, sin = rotary_tables(x.shape[0], cfg.head_dim, cfg.rope_theta, x.device)
+        out = self.model(x, cos, sin)
+        local = ((out - target) ** 2).mean()  # this rank's batch shard
+        loss = all_reduce_sum(local, self.dp) / self.dp.tp
+        params = [p for _, p in self.model.named_parameters()]
+        grads = torch.autograd.grad(local, params)
+        updated = [p - self.lr * self.reduce_grad(g) for p, g in zip(params, grads, strict=True)]
         return (loss, *updated)

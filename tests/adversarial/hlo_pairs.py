@@ -482,6 +482,30 @@ def _ag_rel(groups: str) -> str:
     return _rel([SHARD0], [DUP_OUT], groups)
 
 
+# --- all-gather spelled as dynamic-update-slice into a fill at the rank's offset, then a sum -------
+
+
+def _dus_gather(fill: str, offset: int) -> str:
+    return _module("dus", f"""ENTRY %main (x: f32[4,8], r: s32[]) -> f32[16,8] {{
+  %x = f32[4,8] parameter(0)
+  %r = s32[] parameter(1)
+  %t = f32[4,8] tanh(%x)
+  %f = f32[] constant({fill})
+  %z = f32[16,8] broadcast(%f), dimensions={{}}
+  %w = s32[] constant(4)
+  %o = s32[] multiply(%r, %w)
+  %k = s32[] constant({offset})
+  %s = s32[] add(%o, %k)
+  %zero = s32[] constant(0)
+  %u = f32[16,8] dynamic-update-slice(%z, %t, %s, %zero)
+  ROOT %g = f32[16,8] all-reduce(%u), replica_groups={{{{0,1,2,3}}}}, to_apply=%add
+}}
+""", _ADD.format(t="f32"))
+
+
+_DUS_REL = _rel([SHARD0, "{distributed: 1, relation: rank}"], [DUP_OUT])
+
+
 # (description, baseline, distributed, relations[, oracle baseline, oracle distributed])
 PAIRS: dict[str, tuple[str, ...]] = {
     "c_hlo_iota_replica_groups": ("sum over a sharded dim, all-reduce with iota replica groups [1,4]<=[4]", _SUM_BASE, _sum_dist("[1,4]<=[4]"), _rel([SHARD0], [DUP_OUT])),
@@ -516,6 +540,9 @@ PAIRS: dict[str, tuple[str, ...]] = {
     "b_hlo_rank_shift_offset_3": ("the rank's rows at rank << 3 (clamped from rank 2 on)", _DS_BASE, _ds_dist(0, start=_SHIFT_START.format(w=3)), _DS_REL),
     "c_hlo_dp2_tp2_groups": ("two tensor-parallel groups {0,1},{2,3} (data x tensor parallel), all-reduce within each", _DP_TP_BASE, _dp_tp_dist("{{0,1},{2,3}}"), _DP_TP_REL),
     "b_hlo_dp_tp_groups_swapped": ("the all-reduce runs over the data-parallel groups {0,2},{1,3} instead", _DP_TP_BASE, _dp_tp_dist("{{0,2},{1,3}}"), _DP_TP_REL),
+    "c_hlo_dus_psum_gather": ("all-gather as dynamic-update-slice into zeros at rank*4, then all-reduce (sum)", _DS_BASE, _dus_gather("0", 0), _DUS_REL),
+    "b_hlo_dus_psum_fill_one": ("dynamic-update-slice all-gather into a fill of ones: the sum adds 3 everywhere", _DS_BASE, _dus_gather("1", 0), _DUS_REL),
+    "b_hlo_dus_psum_offset_plus1": ("dynamic-update-slice all-gather at rank*4 + 1 (clamped on the last rank)", _DS_BASE, _dus_gather("0", 1), _DUS_REL),
     "c_hlo_bias_guard_select": ("bias added through select(rank == 0, b, 0) before the all-reduce", _GUARD_BASE, _guard_dist("EQ"), _GUARD_REL),
     "b_hlo_bias_guard_ne": ("bias guard compare direction NE: three ranks add the bias", _GUARD_BASE, _guard_dist("NE"), _GUARD_REL),
     "c_hlo_mean_after_ar": ("mean as all-reduce(sum) / 16 (the whole count)", _MEAN_BASE, _mean_dist(16), _rel([SHARD0], [DUP_OUT])),

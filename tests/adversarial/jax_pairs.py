@@ -28,6 +28,11 @@ class JaxPair:
     out_spec: tuple[str | None, ...]
     baseline: Callable[..., Any]
     body: Callable[..., Any]
+    dtypes: tuple[str, ...] = ()  # per input, default float32
+    int_ranges: tuple[tuple[int, tuple[int, int]], ...] = ()  # (input, [lo, hi)) of int inputs
+
+    def dtype(self, k: int) -> str:
+        return self.dtypes[k] if k < len(self.dtypes) else "float32"
 
     @property
     def kind(self) -> str:
@@ -35,8 +40,10 @@ class JaxPair:
 
     def relations(self) -> str:
         lines = [f"# {self.name}: {self.description}\n", "groups: [[0, 1, 2, 3]]\n", "inputs:\n"]
+        ranges = dict(self.int_ranges)
         for k, spec in enumerate(self.in_specs):
-            lines.append(f"  - {{baseline: {k}, distributed: {k}, {_relation(spec)}}}\n")
+            extra = f", int_range: [{ranges[k][0]}, {ranges[k][1]}]" if k in ranges else ""
+            lines.append(f"  - {{baseline: {k}, distributed: {k}, {_relation(spec)}{extra}}}\n")
         lines.append(f"outputs:\n  - {{baseline: 0, distributed: 0, {_relation(self.out_spec)}}}\n")
         return "".join(lines)
 
@@ -279,6 +286,76 @@ def _ln(global_var: bool) -> Callable[..., Any]:
     return body
 
 
+# --- the rank from lax.axis_index (partition-id in the HLO) ------------------------------------
+
+
+def emb_base(ids: Any, table: Any) -> Any:
+    return _jnp().take(table, ids, axis=0)
+
+
+def _emb(shift: int) -> Callable[..., Any]:
+    def body(ids: Any, table: Any) -> Any:
+        jnp, lax = _jnp(), _lax()
+        per = table.shape[0]
+        start = lax.axis_index(AXIS) * per + shift
+        mask = (ids < start) | (ids >= start + per)
+        local = jnp.where(mask, 0, ids - start)
+        rows = jnp.where(mask[:, None], 0.0, jnp.take(table, local, axis=0))
+        return lax.psum(rows, AXIS)
+
+    return body
+
+
+def rope_base(x: Any) -> Any:
+    jnp = _jnp()
+    return _rope(x, jnp.arange(x.shape[0]))
+
+
+def _rope(x: Any, pos: Any) -> Any:
+    jnp = _jnp()
+    half = x.shape[1] // 2
+    ang = pos.astype(jnp.float32)[:, None] * (1.0 / 10000.0 ** (jnp.arange(half) / half))[None, :]
+    x1, x2 = x[:, :half], x[:, half:]
+    return jnp.concatenate([x1 * jnp.cos(ang) - x2 * jnp.sin(ang), x2 * jnp.cos(ang) + x1 * jnp.sin(ang)], axis=-1)
+
+
+def _rope_body(offset: bool) -> Callable[..., Any]:
+    def body(x: Any) -> Any:
+        jnp = _jnp()
+        n = x.shape[0]
+        start = _lax().axis_index(AXIS) * n if offset else 0
+        return _rope(x, start + jnp.arange(n))
+
+    return body
+
+
+# --- a layer loop (lax.fori_loop over stacked weights: an HLO while) -----------------------------
+
+L = 3
+
+
+def loop_base(x: Any, w1: Any, w2: Any) -> Any:
+    import jax
+
+    def step(i: Any, h: Any) -> Any:
+        return h + jax.nn.gelu(h @ w1[i]) @ w2[i]
+
+    return _lax().fori_loop(0, L, step, x)
+
+
+def _loop(shift: int) -> Callable[..., Any]:
+    def body(x: Any, w1: Any, w2: Any) -> Any:
+        import jax
+
+        def step(i: Any, h: Any) -> Any:
+            j = (i + shift) % L  # the down-projection of another layer when shift != 0
+            return h + _lax().psum(jax.nn.gelu(h @ w1[i]) @ w2[j], AXIS)
+
+        return _lax().fori_loop(0, L, step, x)
+
+    return body
+
+
 R, N = (AXIS, None), (None, None)
 PAIRS: dict[str, JaxPair] = {
     p.name: p
@@ -302,6 +379,12 @@ PAIRS: dict[str, JaxPair] = {
         JaxPair("c_jax_einsum_3d_colwise", "einsum bsh,hf->bsf with the weight sharded on f (3-D activations)", ((2, 8, 16), (16, 32)), ((None, None, None), (None, AXIS)), (None, None, AXIS), einsum_base, einsum_body),
         JaxPair("c_jax_layernorm_hidden_psum", "LayerNorm statistics over a hidden-sharded dim: psum of sums and of squared deviations", ((8, 16),), ((None, AXIS),), (None, AXIS), ln_base, _ln(True)),
         JaxPair("b_jax_layernorm_pmean_of_vars", "LayerNorm variance as pmean of the ranks' own variances (misses the spread of local means)", ((8, 16),), ((None, AXIS),), (None, AXIS), ln_base, _ln(False)),
+        JaxPair("c_jax_vocab_embedding_axis_index", "vocab-parallel embedding with the rank from lax.axis_index, Megatron's mask, psum", ((8,), (32, 16)), ((None,), R), N, emb_base, _emb(0), ("int32", "float32"), ((0, (0, 32)),)),
+        JaxPair("b_jax_vocab_embedding_offset_plus1", "vocab-parallel embedding whose range starts at axis_index*8 + 1", ((8,), (32, 16)), ((None,), R), N, emb_base, _emb(1), ("int32", "float32"), ((0, (0, 32)),)),
+        JaxPair("c_jax_rope_axis_index_positions", "rotary embedding of sequence-sharded rows at positions axis_index*s/c + arange", ((16, 8),), (R,), R, rope_base, _rope_body(True)),
+        JaxPair("b_jax_rope_no_rank_offset", "rotary embedding of sequence-sharded rows at positions arange(s/c) on every rank", ((16, 8),), (R,), R, rope_base, _rope_body(False)),
+        JaxPair("c_jax_fori_loop_layers", "3 MLP layers as lax.fori_loop over stacked weights (an HLO while), psum per layer", ((8, 16), (L, 16, 32), (L, 32, 16)), (N, (None, None, AXIS), (None, AXIS, None)), N, loop_base, _loop(0)),
+        JaxPair("b_jax_fori_loop_layer_index", "the fori_loop layer i uses the down-projection of layer (i+1) % 3", ((8, 16), (L, 16, 32), (L, 32, 16)), (N, (None, None, AXIS), (None, AXIS, None)), N, loop_base, _loop(1)),
         JaxPair("c_jax_pmean_loss", "data-parallel mean loss: pmean of local means", ((16, 8), (8,)), (R, (None,)), (), loss_base, _loss("pmean")),
         JaxPair("b_jax_psum_loss", "data-parallel loss summed (psum) where the mean (pmean) was meant", ((16, 8), (8,)), (R, (None,)), (), loss_base, _loss("psum")),
     )
@@ -384,15 +467,14 @@ def build(pair: JaxPair) -> tuple[str, str, str, str]:
     if len(jax.devices()) < C:
         raise RuntimeError("set XLA_FLAGS=--xla_force_host_platform_device_count=4 before importing jax")
     mesh = Mesh(np.array(jax.devices()[:C]), (AXIS,))
-    f32 = jax.numpy.float32
-    base_args = [jax.ShapeDtypeStruct(s, f32) for s in pair.shapes]
+    base_args = [jax.ShapeDtypeStruct(s, jax.numpy.dtype(pair.dtype(k))) for k, s in enumerate(pair.shapes)]
     base_text = jax.jit(pair.baseline).lower(*base_args).as_text(dialect="hlo", debug_info=True)
     header, _, rest = base_text.partition("\n\n")
     tables = _portable_tables(base_text)
     body = rest[rest.index(next(b for b in rest.splitlines() if _BLOCK_RE.match(b))):] if tables else rest
     baseline = header + "\n\n" + (tables + "\n\n" if tables else "") + body
     specs = [P(*s) for s in pair.in_specs]
-    dist_args = [jax.ShapeDtypeStruct(s, f32, sharding=NamedSharding(mesh, p)) for s, p in zip(pair.shapes, specs, strict=True)]
+    dist_args = [jax.ShapeDtypeStruct(s, jax.numpy.dtype(pair.dtype(k)), sharding=NamedSharding(mesh, p)) for k, (s, p) in enumerate(zip(pair.shapes, specs, strict=True))]
     mapped = shard_map(pair.body, mesh=mesh, in_specs=tuple(specs), out_specs=P(*pair.out_spec), check_vma=False)
     lowered = jax.jit(mapped).lower(*dist_args)
     whole = lowered.as_text(dialect="hlo", debug_info=True)

@@ -131,11 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     if ns.command == "build":
         return 0
     rows = []
-    print(f"{'model':28} {'verdict':13} {'expected':9} {'time':>7}  first divergence")
+    width = max([len("model"), *(len(m["name"]) for m in models)])
+    print(f"{'model':{width}} {'verdict':13} {'expected':9} {'time':>7}  first divergence")
     for m in models:
         r = check(m, out, ns.witness)
         rows.append(r)
-        print(f"{r['model']:28} {r['verdict']:13} {'yes' if r['as_expected'] else 'NO':9} {r['seconds']:6.2f}s  {r.get('first_divergence') or ''}"
+        print(f"{r['model']:{width}} {r['verdict']:13} {'yes' if r['as_expected'] else 'NO':9} {r['seconds']:6.2f}s  {r.get('first_divergence') or ''}"
               + ("" if r["verdict"] not in ("build-failed", "bad-input") else f"  {r['reason'][:200]}"), flush=True)
     (out / "result.json").write_text(json.dumps({"models": rows}, indent=1, default=str))
     if any(r["verdict"] == "build-failed" for r in rows):

@@ -1,0 +1,133 @@
+"""Entry points of examples/megatron/.shardproof.yml: megatron-core layers, unmodified.
+
+Each model is declared with ``rank: int``: the front end starts ``torch.distributed`` for one
+rank at a time (its own backend, no GPUs), the entry initializes Megatron's parallel state the
+way a training script does, and builds the layers. The baseline is the same Megatron code at
+tensor-parallel degree 1. Bug variants monkeypatch Megatron in the distributed build only, the
+way a regression in a fork of Megatron would reach only the sharded program.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mcore_bugs as bugs
+import torch
+import torch.nn.functional as F
+from megatron.core import parallel_state
+from megatron.core.model_parallel_config import ModelParallelConfig
+from megatron.core.tensor_parallel import (
+    ColumnParallelLinear,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+)
+
+from shardproof.engine.frontend.declare import BuildContext, Input, Model
+
+
+def parallel(tp: int, sequence_parallel: bool = False, dtype: torch.dtype = torch.float32) -> ModelParallelConfig:
+    """Megatron's parallel state at degree ``tp`` over the started world, and a layer config.
+
+    Weights are created on the CPU path (``use_cpu_initialization``) without initialization:
+    the front end replaces every parameter by a placeholder anyway.
+    """
+    parallel_state.destroy_model_parallel()
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, create_gloo_process_groups=False)
+    return ModelParallelConfig(
+        tensor_model_parallel_size=tp,
+        sequence_parallel=sequence_parallel and tp > 1,
+        use_cpu_initialization=True,
+        perform_initialization=False,
+        params_dtype=dtype,
+    )
+
+
+class MLP(torch.nn.Module):
+    """ColumnParallelLinear -> gelu -> RowParallelLinear, in Megatron's (s, b, h) layout."""
+
+    def __init__(self, config: ModelParallelConfig, hidden: int, ffn: int) -> None:
+        super().__init__()
+        sp = config.sequence_parallel
+        self.fc1 = ColumnParallelLinear(hidden, ffn, config=config, init_method=_no_init, bias=True, gather_output=False)
+        self.fc2 = RowParallelLinear(ffn, hidden, config=config, init_method=_no_init, bias=True, input_is_parallel=True, skip_bias_add=False)
+        self.sequence_parallel = sp
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, _ = self.fc1(x)
+        y, _ = self.fc2(F.gelu(h))
+        return y
+
+
+class ColumnGather(torch.nn.Module):
+    """ColumnParallelLinear with ``gather_output=True``: every rank ends with the whole output."""
+
+    def __init__(self, config: ModelParallelConfig, hidden: int, ffn: int) -> None:
+        super().__init__()
+        self.fc = ColumnParallelLinear(hidden, ffn, config=config, init_method=_no_init, bias=False, gather_output=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)[0]
+
+
+class Embedding(torch.nn.Module):
+    def __init__(self, config: ModelParallelConfig, vocab: int, hidden: int) -> None:
+        super().__init__()
+        self.embed = VocabParallelEmbedding(vocab, hidden, init_method=_no_init, config=config)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.embed(ids)
+
+
+def _no_init(weight: torch.Tensor) -> None:
+    """Megatron's init_method; never called (perform_initialization=False)."""
+
+
+def _sizes(ctx: BuildContext) -> dict[str, int]:
+    return {k: ctx.knob(k, d) for k, d in (("hidden", 32), ("ffn", 64), ("seq", 8), ("batch", 2), ("vocab", 64))}
+
+
+def mlp(ctx: BuildContext) -> Model:
+    """Column/Row parallel MLP; ``size.sequence_parallel`` shards the sequence between blocks."""
+    n = _sizes(ctx)
+    sp = ctx.knob("sequence_parallel", False)
+    dtype = torch.bfloat16 if ctx.knob("bf16", False) else torch.float32
+    baseline = MLP(parallel(1, dtype=dtype), n["hidden"], n["ffn"])
+
+    def distributed(rank: int) -> Any:
+        bugs.apply(ctx.variant, rank)
+        return MLP(parallel(ctx.tp, sp, dtype), n["hidden"], n["ffn"])
+
+    return Model(
+        baseline=baseline,
+        distributed=distributed,
+        inputs=[Input("x", (n["seq"], n["batch"], n["hidden"]), "bfloat16" if dtype == torch.bfloat16 else "float32", shard=0 if sp else None)],
+        plan={"fc1": "colwise", "fc2": "rowwise"},
+        outputs=[{"shard": 0}] if sp else ["replicate"],
+    )
+
+
+def column_gather(ctx: BuildContext) -> Model:
+    n = _sizes(ctx)
+    baseline = ColumnGather(parallel(1), n["hidden"], n["ffn"])
+
+    def distributed(rank: int) -> Any:
+        bugs.apply(ctx.variant, rank)
+        return ColumnGather(parallel(ctx.tp), n["hidden"], n["ffn"])
+
+    return Model(baseline=baseline, distributed=distributed, inputs=[Input("x", (n["seq"], n["batch"], n["hidden"]))], plan={"fc": "colwise"})
+
+
+def embedding(ctx: BuildContext) -> Model:
+    n = _sizes(ctx)
+    baseline = Embedding(parallel(1), n["vocab"], n["hidden"])
+
+    def distributed(rank: int) -> Any:
+        bugs.apply(ctx.variant, rank)
+        return Embedding(parallel(ctx.tp), n["vocab"], n["hidden"])
+
+    return Model(
+        baseline=baseline,
+        distributed=distributed,
+        inputs=[Input("ids", (n["batch"], n["seq"]), "int64", int_range=(0, n["vocab"]))],
+        plan={"embed.weight": {"shard": 0}},
+    )
