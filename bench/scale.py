@@ -29,6 +29,12 @@ and Mixtral 8x7B/8x22B at TP 8 and TP 32; for the ratios also 405B at TP 2 and a
 405B-shaped model (same width); and a 405B TP 8 pair whose per-rank program lacks the attention
 all-reduce in layer 117 only (``bug_layer``), which must be diverged and pinpointed there.
 
+Training rows (``train_*``): tplm's training step (forward, loss, backward, sequence-parallel
+norm-gradient all-reduce, SGD update of every parameter) at Llama-3.1-8B width with 8 and 32
+layers, separate and fused QKV (seq 16, batch 2); and at 405B shape (126 layers) at TP 8 and TP
+32, next to TrainVerify's 28,786 s. The build times of every pair are printed in phase 1,
+separately from the verification times. ``--only train_8b_8l_tp8,train_8b_32l_tp8`` and so on.
+
 Mixtral: tplm's model has one parallel group. When the 8 experts divide over the ranks (TP 8)
 they are expert parallel (whole experts per rank, the combine an unrolled loop of adds and an
 all-reduce); at TP 32 they are tensor-parallel experts (every rank holds all 8, each expert's
@@ -67,6 +73,11 @@ RSS_BOUND_MB = 2048.0
 # texts, folding repeated layers in them, parsing what is left.
 READING = ("relations", "read", "fold", "parse")
 BUG_LAYER = 117
+TRAIN = "tplm.models:train_step"
+TRAIN_8B = dict(LLAMA_8B)
+TRAIN_SHAPE = {"seq": 16, "batch": 2}  # the sequence is split over TP ranks (sequence parallel)
+# TrainVerify (SOSP 2025): Llama-3-405B training verification on 32 vCPUs, seconds.
+TRAINVERIFY_405B = 28786
 
 
 @dataclass
@@ -79,6 +90,8 @@ class Pair:
     variant: str | None = None
     expect: str = "verified"
     why: str = ""  # for expect="build-failed": the error the front end must give
+    entry: str = "tplm.models:llama"
+    shape: dict[str, int] = field(default_factory=dict)  # seq/batch instead of the command line's
 
 
 PAIRS = [
@@ -95,6 +108,16 @@ PAIRS = [
     Pair("mixtral_8x22b_tp8", "Mixtral-8x22B", MIXTRAL_8X22B, 8, 181),
     Pair("mixtral_8x22b_tp32", "Mixtral-8x22B", MIXTRAL_8X22B, 32, 181, expect="build-failed", why="attention heads (48) is not divisible by the tensor-parallel degree 32"),
     Pair("llama3.1_405b_tp8_bug117", f"405B, bug in layer {BUG_LAYER}", {**LLAMA_405B, "bug_layer": BUG_LAYER}, 8, variant="missing_attn_allreduce", expect="diverged"),
+    # Training steps (tplm.models:train_step: forward, loss, backward, SP norm-gradient
+    # all-reduce, SGD update of every parameter) at Llama-3.1-8B width, seq 16, batch 2.
+    Pair("train_8b_8l_tp8", "8B-width train step, 8 layers", {**TRAIN_8B, "layers": 8, "fused": False}, 8, entry=TRAIN, shape=TRAIN_SHAPE),
+    Pair("train_8b_32l_tp8", "8B-width train step, 32 layers", {**TRAIN_8B, "layers": 32, "fused": False}, 8, entry=TRAIN, shape=TRAIN_SHAPE),
+    Pair("train_8b_8l_tp8_fused", "8B-width train step, fused QKV", {**TRAIN_8B, "layers": 8, "fused": True}, 8, entry=TRAIN, shape=TRAIN_SHAPE),
+    Pair("train_8b_32l_tp8_fused", "8B-width train step, fused QKV", {**TRAIN_8B, "layers": 32, "fused": True}, 8, entry=TRAIN, shape=TRAIN_SHAPE),
+    # 405B shape. At TP 32 the 8 KV heads are shared by groups of 4 ranks (index_select by
+    # r // 4), whose backward is an index_add (scatter): no rules yet.
+    Pair("train_405b_tp8", "405B-shaped train step", LLAMA_405B, 8, TRAINVERIFY_405B, entry=TRAIN, shape=TRAIN_SHAPE),
+    Pair("train_405b_tp32", "405B-shaped train step", LLAMA_405B, 32, TRAINVERIFY_405B, entry=TRAIN, shape={"seq": 32, "batch": 2}, expect="unsupported"),
 ]  # fmt: skip
 
 
@@ -131,9 +154,9 @@ def config_text(pairs: list[Pair], seq: int, batch: int, timeout: float) -> str:
     for p in pairs:
         m: dict[str, Any] = {
             "name": p.name,
-            "entry": "tplm.models:llama",
+            "entry": p.entry,
             "tp": p.tp,
-            "size": {**p.size, "seq": seq, "batch": batch},
+            "size": {**p.size, "seq": seq, "batch": batch, **p.shape},
         }
         if p.variant:
             m["variant"] = p.variant
@@ -222,6 +245,7 @@ def check_once(folder: Path, timeout: float) -> dict[str, Any]:
         return {**run, "verdict": "crashed", "reason": f"exit {proc.returncode}: {tail}"}
     timings = doc.get("timings", {})
     report = doc.get("stats", {}).get("segment_report") or []
+    # Decoder layers, forward and backward (the backward of layer k is a segment of its own).
     layers = [s for s in report if s.get("layer", -1) >= 0]
     first = (doc.get("divergences") or [{}])[0]
     return {
@@ -263,7 +287,7 @@ def report(
     """Print the table and the checks; returns (checks, JSON rows)."""
     print()
     print(
-        f"medians of {runs} run(s), each a fresh `shardproof check` process; paper: Scalify Table 2 (TP 32, 6-core laptop)"
+        f"medians of {runs} run(s), each a fresh `shardproof check` process; paper: Scalify Table 2 (TP 32, 6-core laptop); for train_405b_*: TrainVerify (Llama-3-405B training, 32 vCPUs)"
     )
     head = f"{'pair':<30} {'TP':>3} {'layers':>6}  {'verdict':<13} {'parse':>6} {'verify':>7} {'total':>7} {'cpu':>7} {'peak RSS':>9}  {'proven/reused':>13}  {'paper':>6}"
     print(head)
@@ -329,6 +353,12 @@ def report(
     for name in ("llama3.1_8b_tp8", "llama3.1_8b_tp32"):
         if name in measured:
             bound(f"8B TP{measured[name].pair.tp} total", t(name), 5.0, cpu=t(name, "cpu"))
+    for name in ("train_8b_32l_tp8", "train_8b_32l_tp8_fused"):
+        if name in measured:
+            bound(f"{name} total", t(name), 30.0, cpu=t(name, "cpu"))
+    for name in ("train_405b_tp8", "train_405b_tp32"):
+        if name in measured and t(name) is not None:
+            print(f"  (info) {name}: {measured[name].verdict} in {t(name):.1f}s vs TrainVerify's {TRAINVERIFY_405B} s (Llama-3-405B, 32 vCPUs): {TRAINVERIFY_405B / t(name):.0f}x")
 
     def ratio(label: str, num: str, den: str, limit: float | None) -> None:
         if num not in measured or den not in measured:
@@ -353,6 +383,8 @@ def report(
         "llama3.1_405b_32l_tp8",
         2.0,
     )
+    ratio("time(train 32 layers)/time(train 8 layers), 8B width TP8", "train_8b_32l_tp8", "train_8b_8l_tp8", 2.0)
+    ratio("time(train 32 layers)/time(train 8 layers), fused QKV", "train_8b_32l_tp8_fused", "train_8b_8l_tp8_fused", 2.0)
     for label, ok, detail in checks:
         print(f"  {'ok  ' if ok else 'FAIL'}  {label}" + (f"  [{detail}]" if detail else ""))
     return checks, rows

@@ -43,7 +43,7 @@ def _check(args: argparse.Namespace) -> int:
         with phase("verify"):
             from .witness.pair import WitnessOptions
 
-            result = check_files(spec, args.baseline, args.distributed, sm, budget, witness=args.witness, witness_options=WitnessOptions(memory_mb=args.witness_memory_mb))
+            result = check_files(spec, args.baseline, args.distributed, sm, budget, witness=args.witness, witness_options=WitnessOptions(memory_mb=args.witness_memory_mb, max_instructions=args.witness_max_instructions))
         result.timings = {"relations": inputs_seconds, **result.timings}
         with phase("report", str(args.json or "the terminal")):
             doc = result.to_json()
@@ -98,7 +98,7 @@ def _witness(args: argparse.Namespace) -> int:
 
     spec = load_relations(args.relations)
     texts = [read_hlo(args.baseline), read_hlo(args.distributed)]
-    options = WitnessOptions(seeds=tuple(args.seed or (0, 1, 2)), memory_mb=args.memory_mb, recheck_f64=not args.no_recheck, stop_at_first_difference=False)
+    options = WitnessOptions(seeds=tuple(args.seed or (0, 1, 2)), memory_mb=args.memory_mb, max_instructions=1 << 62, recheck_f64=not args.no_recheck, stop_at_first_difference=False)
     try:
         report = witness(*texts, relations_doc(spec), options)
     except Exception as e:  # XLA refusing the text, or the memory budget: say so, no verdict
@@ -126,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--layer-pattern", help="regex whose group 1 is the layer number in op_name (default: layers.N, layers_N, blocks.N, h.N)")
     c.add_argument("--witness", choices=("auto", "always", "never"), default="auto", help="numeric witness (XLA's CPU runtime executes both programs): auto = on outcomes that are not verified (default), always = verified pairs too (a difference is a soundness error, exit 4), never")
     c.add_argument("--witness-memory-mb", type=float, default=2048.0, help="the witness executes nothing whose estimated memory (all ranks) exceeds this (default 2048)")
+    c.add_argument("--witness-max-instructions", type=int, default=6000, help="nor a pair with more instructions than this (compile time; default 6000); above either, only the diverging instructions are executed")
     c.set_defaults(func=_check)
     w = sub.add_parser("witness", help="execute a pair on XLA's CPU runtime and compare its outputs (the reproducing command of a witness)")
     w.add_argument("baseline", type=Path)

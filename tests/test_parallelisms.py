@@ -453,3 +453,165 @@ def test_an_all_reduce_over_reordered_groups_is_the_same_sum() -> None:
         verdict, reason = _verdict(baseline, dist, rel)
         assert verdict == "verified", (groups, reason)
         assert _oracle_equal(baseline, dist, rel)
+
+
+def _mul(name: str, src: str, by: str) -> list[str]:
+    return [f"%{name}.c = f32[] constant({by})", f"%{name}.b = {V} broadcast(f32[] %{name}.c), dimensions={{}}", f"%{name} = {V} multiply({V} %{name}.b, {V} {src})"]
+
+
+ALGEBRA_CORRECT["reciprocal_then_divide"] = (_divide("q", "%x", "16"), "%q", [*_mul("m", "%x", "0.25"), *_divide("q", "%m", "4")], "%q")
+ALGEBRA_BUGS["rounded_reciprocal_is_not_a_quotient"] = (_divide("q", "%x", "9"), "%q", [*_mul("m", "%x", "0.3333"), *_divide("q", "%m", "3")], "%q")
+
+
+def _mean_pair(local_scale: str, final: str) -> tuple[str, str, dict]:
+    """mean over a sharded dim 0 of 8 rows: the local sum scaled by ``local_scale``, all-reduced,
+    divided by ``final`` (right: 0.5 and 4, or 1 and 8)."""
+    r = "f32[16]{0}"
+    baseline = f"""HloModule base
+
+{ADD}
+ENTRY %main (x: f32[8,16]) -> f32[16] {{
+  %x = f32[8,16]{{1,0}} parameter(0)
+  %z = f32[] constant(0)
+  %s = {r} reduce(f32[8,16]{{1,0}} %x, f32[] %z), dimensions={{0}}, to_apply=%add
+  %n = f32[] constant(8)
+  %nb = {r} broadcast(f32[] %n), dimensions={{}}
+  ROOT %m = {r} divide({r} %s, {r} %nb)
+}}
+"""
+    distributed = f"""HloModule dist
+
+{ADD}
+ENTRY %main (x: f32[2,16]) -> f32[16] {{
+  %x = f32[2,16]{{1,0}} parameter(0)
+  %z = f32[] constant(0)
+  %s = {r} reduce(f32[2,16]{{1,0}} %x, f32[] %z), dimensions={{0}}, to_apply=%add
+  %h = f32[] constant({local_scale})
+  %hb = {r} broadcast(f32[] %h), dimensions={{}}
+  %l = {r} multiply({r} %s, {r} %hb)
+  %a = {r} all-reduce({r} %l), replica_groups={GROUPS}, to_apply=%add
+  %c = f32[] constant({final})
+  %cb = {r} broadcast(f32[] %c), dimensions={{}}
+  ROOT %m = {r} divide({r} %a, {r} %cb)
+}}
+"""
+    rel = {"groups": [[0, 1, 2, 3]], "inputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 0}], "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    return baseline, distributed, rel
+
+
+@pytest.mark.parametrize(("local_scale", "final", "right"), [("0.5", "4", True), ("1", "8", True), ("0.5", "8", False), ("0.25", "4", False)])
+def test_a_mean_of_local_means_is_the_mean(local_scale: str, final: str, right: bool) -> None:
+    baseline, distributed, rel = _mean_pair(local_scale, final)
+    verdict, reason = _verdict(baseline, distributed, rel)
+    assert (verdict == "verified") == right, reason
+    assert _oracle_equal(baseline, distributed, rel) == right
+
+
+# ---- rank selection -------------------------------------------------------------------------
+
+
+def _guard_pair(compare: str, *, offset: int = 0, j: int | None = None, mul: bool = False) -> tuple[str, str, dict]:
+    """Row sums of x (sharded along its columns) plus a bias b added on one rank only, then
+    all-reduce(add). The rank is guarded by ``(r + offset) compare j`` (j = offset unless given;
+    right for EQ with offset <= j < offset + 4), as a select or (``mul``) as float(guard) * b."""
+    r8 = "f32[8]{0}"
+    guard = f"""  %z = s32[] constant({offset})
+  %ro = s32[] add(s32[] %r, s32[] %z)
+  %j = s32[] constant({offset if j is None else j})
+  %p = pred[] compare(s32[] %ro, s32[] %j), direction={compare}
+"""
+    if mul:
+        use = f"""  %pf = f32[] convert(pred[] %p)
+  %pb = {r8} broadcast(f32[] %pf), dimensions={{}}
+  %bb = {r8} multiply({r8} %pb, {r8} %b)
+"""
+    else:
+        use = f"""  %pb = pred[8]{{0}} broadcast(pred[] %p), dimensions={{}}
+  %zb = {r8} broadcast(f32[] %zero), dimensions={{}}
+  %bb = {r8} select(pred[8]{{0}} %pb, {r8} %b, {r8} %zb)
+"""
+    distributed = f"""HloModule dist
+
+{ADD}
+ENTRY %main (x: f32[8,4], b: f32[8], r: s32[]) -> f32[8] {{
+  %x = f32[8,4]{{1,0}} parameter(0)
+  %b = {r8} parameter(1)
+  %r = s32[] parameter(2)
+  %zero = f32[] constant(0)
+  %s = {r8} reduce(f32[8,4]{{1,0}} %x, f32[] %zero), dimensions={{1}}, to_apply=%add
+{guard}{use}  %y = {r8} add({r8} %s, {r8} %bb)
+  ROOT %g = {r8} all-reduce({r8} %y), replica_groups={GROUPS}, to_apply=%add
+}}
+"""
+    baseline = f"""HloModule base
+
+{ADD}
+ENTRY %main (x: f32[8,16], b: f32[8]) -> f32[8] {{
+  %x = f32[8,16]{{1,0}} parameter(0)
+  %b = {r8} parameter(1)
+  %zero = f32[] constant(0)
+  %s = {r8} reduce(f32[8,16]{{1,0}} %x, f32[] %zero), dimensions={{1}}, to_apply=%add
+  ROOT %y = {r8} add({r8} %s, {r8} %b)
+}}
+"""
+    rel = {
+        "groups": [[0, 1, 2, 3]],
+        "inputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 1}, {"baseline": 1, "distributed": 1, "relation": "duplicate"}, {"distributed": 2, "relation": "rank"}],
+        "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}],
+    }
+    return baseline, distributed, rel
+
+
+@pytest.mark.parametrize(("compare", "offset", "j", "mul", "right"), [
+    ("EQ", 0, 0, False, True), ("EQ", 2, 5, False, True), ("EQ", 3, 3, True, True), ("EQ", 0, 3, True, True),
+    ("LE", 0, 1, False, False),  # ranks 0 and 1 both add the bias
+    ("NE", 0, 0, True, False),  # every rank but one adds it
+    ("EQ", 0, 4, False, False),  # no rank is 4: the bias is never added
+])  # fmt: skip
+def test_a_bias_added_on_one_rank_only(compare: str, offset: int, j: int, mul: bool, right: bool) -> None:
+    baseline, distributed, rel = _guard_pair(compare, offset=offset, j=j, mul=mul)
+    verdict, reason = _verdict(baseline, distributed, rel)
+    assert (verdict == "verified") == right, reason
+    assert _oracle_equal(baseline, distributed, rel) == right
+
+
+def _onehot_pair(blocks: list[int]) -> tuple[str, str, dict]:
+    """Rank r's block of columns of a duplicate x (8, 16), picked as sum_j float(r == j) *
+    x[:, block blocks[j]] (right when blocks[j] == j for every j)."""
+    t = "f32[8,4]{1,0}"
+    lines = ["  %x = f32[8,16]{1,0} parameter(0)", "  %r = s32[] parameter(1)", f"  %z = {t} broadcast(f32[] %zf), dimensions={{}}", "  %zf = f32[] constant(0)"]
+    lines = [lines[0], lines[1], lines[3], lines[2]]
+    acc = "%z"
+    for j, blk in enumerate(blocks):
+        lines += [
+            f"  %j_{j} = s32[] constant({j})",
+            f"  %pr_{j} = pred[] compare(s32[] %r, s32[] %j_{j}), direction=EQ",
+            f"  %fl_{j} = f32[] convert(pred[] %pr_{j})",
+            f"  %fb_{j} = {t} broadcast(f32[] %fl_{j}), dimensions={{}}",
+            f"  %sl_{j} = {t} slice(f32[8,16]{{1,0}} %x), slice={{[0:8], [{4 * blk}:{4 * blk + 4}]}}",
+            f"  %m_{j} = {t} multiply({t} %fb_{j}, {t} %sl_{j})",
+            f"  %a_{j} = {t} add({t} {acc}, {t} %m_{j})",
+        ]
+        acc = f"%a_{j}"
+    lines.append(f"  ROOT %o = {t} copy({t} {acc})")
+    distributed = "HloModule dist\n\nENTRY %main (x: f32[8,16], r: s32[]) -> f32[8,4] {\n" + "\n".join(lines) + "\n}\n"
+    baseline = """HloModule base
+
+ENTRY %main (x: f32[8,16]) -> f32[8,16] {
+  ROOT %x = f32[8,16]{1,0} parameter(0)
+}
+"""
+    rel = {
+        "groups": [[0, 1, 2, 3]],
+        "inputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}, {"distributed": 1, "relation": "rank"}],
+        "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 1}],
+    }
+    return baseline, distributed, rel
+
+
+@pytest.mark.parametrize(("blocks", "right"), [([0, 1, 2, 3], True), ([3, 1, 2, 0], False), ([0, 1, 2], False)])
+def test_one_hot_rank_selection_of_blocks(blocks: list[int], right: bool) -> None:
+    baseline, distributed, rel = _onehot_pair(blocks)
+    verdict, reason = _verdict(baseline, distributed, rel)
+    assert (verdict == "verified") == right, reason
+    assert _oracle_equal(baseline, distributed, rel) == right

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from egglog import bindings
 
-RULE_FILES = ("core.egg", "algebra.egg", "partition.egg", "collectives.egg", "slicing.egg", "argreduce.egg", "unroll.egg", "layout.egg", "customcall.egg", "alltoall.egg", "permute.egg", "rankalgebra.egg")
+RULE_FILES = ("core.egg", "algebra.egg", "partition.egg", "collectives.egg", "slicing.egg", "argreduce.egg", "unroll.egg", "layout.egg", "customcall.egg", "alltoall.egg", "permute.egg", "rankalgebra.egg", "rankselect.egg", "vocabraw.egg", "gathercat.egg")
 
 
 def split_forms(text: str) -> Iterator[str]:

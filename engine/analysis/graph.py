@@ -102,6 +102,7 @@ ROW_TABLES = (
     "reshapeback", "transposeback", "itof", "ftoi", "fdivop", "floorop", "onelem", "intdiv",
     "litfint", "gatherpick", "repeatbc", "mergenext", "unitbcast", "keepsvals",
     "argred", "iotadim", "gteidx", "intwidento", "redone", "cmpeq", "affmove", "unitdim",
+    "litrecip", "maskunflat", "catdim", "predtof",
 )  # fmt: skip
 
 
@@ -200,6 +201,7 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
             elif ins.opcode in COLLECTIVES:
                 tables.distributed(sig, ins, bool(groups_ok))
     _mask_tables(rows, g)
+    _unflat_mask_tables(rows, g)
     _round_trip_rows(rows, g)
     rows.update({k: sorted(v, key=repr) for k, v in tables.rows.items()})
     for k in ("argred", "iotadim", "gteidx", "intwidento", "redone", "cmpeq", "affmove", "unitdim", "keepsvals", "itof", "ftoi", "fdivop", "floorop", "onelem", "intdiv", "litfint", "repeatbc", "mergenext", "intconv", "sliceblock", "fillop", "mulop", "addop", "prednefalse", "identlit", "litint", "zerolit", "intop", "intwiden", "cmpop", "orop", "boolconv", "selectop", "scalarbcast", "layoutop", "ew", "commutative"):
@@ -255,6 +257,12 @@ def _literal_rows(rows: dict[str, list[tuple[object, ...]]], gid: int, ins: Inst
         p = FLOAT_PRECISION.get(ins.shape.dtype)
         if p is not None and math.isfinite(value) and abs(value) <= 2.0**p and value == int(value):
             rows["litfint"].append((lkey, int(value)))
+        if p is not None and 0 < value < 1 and math.isfinite(value):
+            # 1/n exactly (n a power of two, so the literal is exact): x * (1/n) is x / n
+            # (rules/rankalgebra.egg). A rounded reciprocal such as fl(1/3) is not 1/3.
+            m, e = math.frexp(value)
+            if m == 0.5 and -e + 1 <= 62:
+                rows["litrecip"].append((lkey, 1 << (1 - e)))
 
 
 def _class_rows(rows: dict[str, list[tuple[object, ...]]], key: str, sig: Sig, ins: Instruction, opnd: list[Shape]) -> None:
@@ -287,6 +295,8 @@ def _class_rows(rows: dict[str, list[tuple[object, ...]]], key: str, sig: Sig, i
                 rows["mergenext"].append((key, d))
     if op == "compare" and ins.parsed.get("direction") == "NE" and opnd[0].dtype == "pred":
         rows["prednefalse"].append((key,))
+    if op == "concatenate" and len(ins.parsed.get("dimensions", [])) == 1:
+        rows["catdim"].append((key, int(ins.parsed["dimensions"][0])))  # rules/gathercat.egg
 
 
 def _with_direction(ins: Instruction, direction: str) -> Instruction:
@@ -456,6 +466,8 @@ def _rank_tables(rows: dict[str, list[tuple[object, ...]]], side: str, node: Nod
             rows["intconv"].append((key, (1 << min(bits, 62)) - 1))
         if (a == "pred" and out_t in INT_BITS) or (a in INT_BITS and out_t == "pred"):
             rows["boolconv"].append((key,))
+        if a == "pred" and out_t in FLOAT_PRECISION:
+            rows["predtof"].append((key,))  # true -> 1.0, false -> 0.0 (rules/rankselect.egg)
     elif op == "compare" and opnd and opnd[0].dtype in INT_BITS:
         d = ins.parsed.get("direction")
         if isinstance(d, str):
@@ -594,6 +606,37 @@ def _mask_tables(rows: dict[str, list[tuple[object, ...]]], g: Graphs) -> None:
         for n in bcasts:
             if n.ins.shape.dims == gather.ins.shape.dims and list(n.ins.parsed.get("dimensions", [])) == batch:
                 rows["maskfor"].append((n.sig.key(), kp))  # type: ignore[union-attr]
+
+
+def _unflat_mask_tables(rows: dict[str, list[tuple[object, ...]]], g: Graphs) -> None:
+    """maskunflat(kbc, kr, kp, kf) (rules/vocabraw.egg): ids of shape S were flattened to [N]
+    by the row-major reshape kf before the row gather kp ([N] ids -> [N, h] rows); reshape kr
+    lays the rows out as [*S, h] again, and broadcast kbc spreads a per-id mask of shape S over
+    those rows (its dims are S's, in order, h the new one). Then element (p, j) of every
+    tensor involved belongs to the id at position p of S."""
+    nodes = [n for n in g.nodes if n.side == "distributed" and n.sig is not None]
+    gathers = {n.sig.key(): n for n in nodes if n.ins.opcode == "gather"}  # type: ignore[union-attr]
+    reshapes = [n for n in nodes if n.ins.opcode == "reshape"]
+    flattens = {n.sig.key(): (g.nodes[n.operands[0]].ins.shape.dims, n.ins.shape.dims) for n in g.nodes if n.sig is not None and n.ins.opcode == "reshape" and n.ins.shape.rank == 1}  # type: ignore[union-attr]
+    bcasts = [n for n in nodes if n.ins.opcode == "broadcast" and g.nodes[n.operands[0]].ins.shape.dtype == "pred"]
+    for _, kp, _w in rows["gathershard"]:
+        gather = gathers.get(str(kp))
+        if gather is None or gather.ins.shape.rank != 2 or list(gather.ins.parsed.get("offset_dims", [])) != [1]:
+            continue
+        n_ids, h = gather.ins.shape.dims
+        for r in reshapes:
+            if g.nodes[r.operands[0]].ins.shape.dims != (n_ids, h):
+                continue
+            out = r.ins.shape.dims
+            if len(out) < 2 or out[-1] != h or math.prod(out[:-1]) != n_ids:
+                continue
+            shape = out[:-1]
+            for kf, (src, dst) in flattens.items():
+                if src != shape or dst != (n_ids,):
+                    continue
+                for b in bcasts:
+                    if b.ins.shape.dims == out and g.nodes[b.operands[0]].ins.shape.dims == shape and list(b.ins.parsed.get("dimensions", [])) == list(range(len(shape))):
+                        rows["maskunflat"].append((b.sig.key(), r.sig.key(), kp, kf))  # type: ignore[union-attr]
 
 
 # ---- Variadic (value, index) reduces with an argmax/argmin comparator (rules/argreduce.egg).

@@ -264,11 +264,14 @@ def _baseline_counterpart(g: Graphs, facts: Facts, n: Node) -> str | None:
     return None
 
 
-def trace(g: Graphs, facts: Facts, out: Node, sm: SourceMap, cache: dict[int, list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
+def trace(g: Graphs, facts: Facts, out: Node, sm: SourceMap, cache: dict[int, list[dict[str, Any]]] | None = None, listed: set[int] | None = None) -> list[dict[str, Any]]:
     """The related distributed ancestors of an output, inputs first: fact, rule, instruction pair.
     ``cache`` (gid -> its steps) is shared across the outputs of one pair: a training step's
-    outputs (one per parameter) share almost all their ancestors."""
-    order = sorted(ancestors(g, [out.gid]))
+    outputs (one per parameter) share almost all their ancestors. Ancestors in ``listed`` (the
+    traces of earlier outputs) are left out, and the ones listed here are added to it."""
+    order = sorted(ancestors(g, [out.gid]) - (listed or set()))
+    if listed is not None:
+        listed.update(order)
     steps = []
     cache = {} if cache is None else cache
     for gid in order:

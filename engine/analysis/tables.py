@@ -9,6 +9,8 @@ group size ``c``, computed here once per distinct signature and loaded as TSV ta
                              kp is its per-rank signature (any block order along d survives).
 ``moves1p(k, d, e, kp)``     the same, but only for plain (contiguous) sharding (reshape, slice).
 ``bcastnew(k, e, kp)``       broadcast k creates output dim e; kp broadcasts into e/c.
+``bcastblocks(k, e, spec, kp)`` the same for a fused dim e of those block sizes (constant
+                             along e, so every piece of every block is the same broadcast).
 ``bcastunit(k, e)``          block r along e of broadcast k is a reshape of its operand (see
                              unit_block_broadcast); ``bcastexpand(k, e)``: and it has the
                              operand's shape (the broadcast only expands a unit dim e to c).
@@ -24,6 +26,8 @@ group size ``c``, computed here once per distinct signature and loaded as TSV ta
 ``catblocks(k, d, spec, kp)`` concatenate k along d of operands whose sizes are spec.
 ``blockslice(k, d, spec, kp)`` slice k takes exactly one block of the fused dim d (spec
                              lists the block sizes); kp takes that block's per-rank part.
+``padblock(k, d, spec, kp)`` pad k puts its operand exactly at one block of the fused dim
+                             d; kp puts that block's per-rank part at its per-rank offset.
 ``allreduce(k, op)``, ``allgather(k, d)``, ``reducescatter(k, d, op)``: collectives over the
                              sharding group (dist signatures only).
 ``alltoall(k, t, L, K)``     array all-to-all k of a tensor sharded along t: layout L, kind K
@@ -143,6 +147,9 @@ class Tables:
                     so = scale(out, e, c)
                     if so:
                         self.add("bcastnew", k, e, sig.with_dims(None, so).key())
+                        for spec in block_specs:
+                            if sum(spec) == out[e] and all(b % c == 0 and b > 0 for b in spec):
+                                self.add("bcastblocks", k, e, ",".join(map(str, spec)), sig.with_dims(None, so).key())
             e = unit_block_broadcast(src, out, dims, c)
             if e is not None:
                 self.add("bcastunit", k, e)
@@ -169,6 +176,7 @@ class Tables:
                     si, so = scale(ins_dims[0], d, c), scale(out, d, c)
                     if si and so:
                         self.add("moves2l", k, d, d, sig.with_dims([si, ins_dims[1]], so).key())
+            self._pad_block(sig, k, [tuple(x) for x in pads], ins_dims[0], out, block_specs)
         elif op == "gather":
             self._gather(sig, k, ins, ins_dims, out)
         elif op == "concatenate":
@@ -239,6 +247,33 @@ class Tables:
                             if si and so:
                                 self.add("blockslice", k, d, ",".join(map(str, spec)), sig.with_dims([si], so, slice=new).key())
                         off += size
+
+    def _pad_block(self, sig: Sig, k: str, pads: list[tuple[int, ...]], src: Dims, out: Dims, block_specs: Iterable[tuple[int, ...]]) -> None:
+        """padblock(k, d, spec, kp): pad k puts its operand exactly at block j of a fused dim d
+        (spec lists the block sizes; no other padding); kp puts the block's per-rank part at
+        the block's per-rank offset (the backward of slicing a fused projection by indexing)."""
+        c = self.c
+        if len(pads) != len(src) or len(src) != len(out):
+            return
+        padded = [d for d, p in enumerate(pads) if p != (0, 0, 0)]
+        if len(padded) != 1:
+            return
+        d = padded[0]
+        lo, hi, interior = pads[d]
+        if interior != 0 or lo < 0 or hi < 0:
+            return
+        for spec in block_specs:
+            if sum(spec) != out[d] or any(b % c or b <= 0 for b in spec):
+                continue
+            off = 0
+            for size in spec:
+                if (lo, size, hi) == (off, src[d], out[d] - off - size):
+                    si, so = scale(src, d, c), scale(out, d, c)
+                    if si and so:
+                        new = list(pads)
+                        new[d] = (lo // c, hi // c, 0)
+                        self.add("padblock", k, d, ",".join(map(str, spec)), sig.with_dims([si, ()], so, padding=new).key())
+                off += size
 
     def _reduce(self, sig: Sig, k: str, ins: Instruction, src: Dims, out: Dims, init_identities: tuple[str, ...]) -> None:
         c = self.c

@@ -193,8 +193,8 @@ def _exhausted_text(budget: Budget, report: list[dict[str, Any]] | None, stats: 
     by_kind: dict[str, list[str]] = {}
     for r in report:
         if not r.get("saturated", True):
-            layers.append(str(r["layer"]))
-            by_kind.setdefault(r.get("exhausted", ""), []).append(str(r["layer"]))
+            layers.append(partition.label_text(r["layer"]))  # "backward of 7" for a backward segment
+            by_kind.setdefault(r.get("exhausted", ""), []).append(partition.label_text(r["layer"]))
     if len(by_kind) == 1:
         return f" (budget exhausted in layer(s) {', '.join(layers)}: {name(next(iter(by_kind)))})"
     parts = "; ".join(f"{name(kind)} in layer(s) {', '.join(ls)}" for kind, ls in by_kind.items())
@@ -488,10 +488,17 @@ def _saturate(session: Session, g: Graphs, solver: LayoutSolver, budget: Budget)
     return RunStats(total.iterations, False, total.seconds, LAYOUT_ROUNDS, total.nodes)
 
 
+SHARED_TRACE_OUTPUTS = 16  # more outputs than this: shared trace steps are listed once
+
+
 def _decide(spec: RelationSpec, g: Graphs, facts: Facts, bouts: list[Instruction], douts: list[Instruction], sm: SourceMap, saturated: bool) -> Result:
     outputs = []
     all_ok = True
     steps: dict[int, list[dict[str, Any]]] = {}  # trace steps per node, shared by the outputs
+    # Many outputs (a training step: one per parameter) share most of the graph; listing every
+    # shared step once per output made the 405B step's result 1.3 GB. Then each step is listed
+    # in the trace of the first output that reads it only ("shared_steps_in_earlier": true).
+    listed: set[int] | None = set() if len(spec.outputs) > SHARED_TRACE_OUTPUTS else None
     for b in spec.outputs:
         assert isinstance(b.baseline, int) and isinstance(b.distributed, int)
         bn = g.node("baseline", bouts[b.baseline].name)
@@ -507,10 +514,10 @@ def _decide(spec: RelationSpec, g: Graphs, facts: Facts, bouts: list[Instruction
             "expected": want,
             "found": sorted({f.relation for f in have}),
             "ok": ok,
-            "trace": trace(g, facts, dn, sm, steps),
+            "trace": trace(g, facts, dn, sm, steps, listed),
         })
     res = Result(VERIFIED if all_ok else DIVERGED, outputs=outputs)
-    res.trace = [{"output": o["index"], "steps": o.pop("trace")} for o in outputs]
+    res.trace = [{"output": o["index"], "steps": o.pop("trace")} | ({"shared_steps_in_earlier": True} if listed is not None and i else {}) for i, o in enumerate(outputs)]
     if all_ok:
         res.reason = f"all {len(outputs)} output(s) have their expected relation"
         return res

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 import time
@@ -96,9 +97,12 @@ def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict
         return result
     if result.verdict == VERIFIED and mode != "always":
         return result
-    from ..witness.pair import MemoryBudgetError, Probe, WitnessOptions, witness
+    from ..witness.pair import MemoryBudgetError, Probe, WitnessOptions
+    from ..witness.service import call
 
     options = options or WitnessOptions()
+    if result.verdict == DIVERGED:  # a difference is likely: compile the f64 recheck up front
+        options = dataclasses.replace(options, prefetch_recheck=True)
     t0 = time.perf_counter()
     doc = relations_doc(spec)
     probes = []
@@ -107,7 +111,9 @@ def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict
     w: dict[str, Any] = {"status": "skipped", "reason": "", "seeds": [], "trials": 0, "seconds": 0.0, "command": command(paths, spec.path, options.seeds[0]), "outputs": []}
     result.witness = w
     try:
-        report = witness(texts["baseline"], texts["distributed"], doc, options, probes)
+        # In a worker process: XLA aborts the process on some texts it cannot compile.
+        report = call("pair.witness", texts["baseline"], texts["distributed"], doc, options, probes)
+        probes = report.probes
     except MemoryBudgetError as e:
         w["status"] = "unconfirmed" if result.verdict == DIVERGED else "skipped"
         w["reason"] = f"not executed: {e}"  # "the whole pair was not executed: ..." once a segment confirms
@@ -232,8 +238,8 @@ def _segment_relations(result: Result, spec: RelationSpec, d: dict[str, Any], b_
 def _confirm_segments(result: Result, spec: RelationSpec, texts: dict[str, str], options: Any, w: dict[str, Any]) -> None:
     """Execute each diverging instruction alone, its operands seeded with their proven relations;
     the first that differs from its baseline counterpart confirms the verdict there."""
-    from ..witness.pair import MemoryBudgetError, instruction_differs
-    from ..witness.segment import cut_instruction
+    from ..witness.pair import MemoryBudgetError
+    from ..witness.service import call
 
     for d in result.divergences:
         d.setdefault("numeric", None)
@@ -244,15 +250,15 @@ def _confirm_segments(result: Result, spec: RelationSpec, texts: dict[str, str],
         if cname is None:
             continue
         try:
-            d_text, d_ops = cut_instruction(texts["distributed"], name)
-            b_text, b_ops = cut_instruction(texts["baseline"], cname)
+            d_text, d_ops = call("segment.cut_instruction", texts["distributed"], name)
+            b_text, b_ops = call("segment.cut_instruction", texts["baseline"], cname)
         except Exception:  # not an instruction of the text (renamed by the normalizer)
             continue
         inputs = _segment_relations(result, spec, d, b_ops, d_ops)
         if inputs is None:
             continue
         try:
-            out = instruction_differs(b_text, d_text, {"groups": spec.groups, "inputs": inputs}, options)
+            out = call("pair.instruction_differs", b_text, d_text, {"groups": spec.groups, "inputs": inputs}, options)
         except MemoryBudgetError:
             continue
         except Exception as e:

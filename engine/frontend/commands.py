@@ -26,7 +26,7 @@ RUN_EXIT_CODES = """exit codes (the worst model decides; a model whose verdict i
 
 
 def register(subparsers: Any) -> None:
-    b = subparsers.add_parser("build", help="rebuild baseline/distributed HLO, relations and source map of the declared models with torch-xla")
+    b = subparsers.add_parser("build", help="rebuild baseline/distributed HLO, relations and source map of the declared models (torch-xla, or jax with framework: jax)")
     _common(b)
     b.set_defaults(func=_build)
     r = subparsers.add_parser("run", help="build and check every declared model; print a table, write DIR/result.json", epilog=RUN_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -68,7 +68,9 @@ class Table:
         layers = layers_of(entry.get("result"))
         where = ""
         result = entry.get("result")
-        if result and result.get("divergences"):
+        if entry.get("rank_specific"):  # an int-rank model whose ranks differ (torchdist/lift.py)
+            where = entry["rank_specific"][0]["message"]
+        elif result and result.get("divergences"):
             src = result["divergences"][0]["source"]
             where = f"{src['file']}:{src['line']}" if src.get("file") else f"<no source: {src.get('why', 'unknown')}>"
         elif result and status == "error" and result.get("error"):
@@ -91,6 +93,10 @@ def _details(doc: dict[str, Any], timings: bool) -> None:
             print(f"\n{entry['name']}: build-failed\n  " + "\n  ".join(error.splitlines()))
         if entry["status"] == "error" and entry.get("result"):
             print(f"\n{entry['name']}: {entry['result']['reason']}", file=sys.stderr)
+        for finding in entry.get("rank_specific") or []:
+            print(f"\n{entry['name']}: rank-specific: {finding['message']}")
+        if timings and entry["build"].get("rank_seconds"):
+            print(f"  {entry['name']}: per-rank builds " + ", ".join(f"{s:.2f}s" for s in entry["build"]["rank_seconds"]))
         if timings:
             result = entry.get("result") or {}
             parts = [f"build {entry['build']['seconds']:.2f}s", f"peak RSS {entry['build']['peak_rss_mb']:.0f} MiB"]
@@ -110,24 +116,7 @@ def _summary(doc: dict[str, Any]) -> str:
     return text + f" ({doc['seconds']:.1f}s)"
 
 
-def _jax(args: argparse.Namespace, command: str) -> int | None:
-    """A ``framework: jax`` configuration goes to the JAX front end (frontend/jax/run.py)."""
-    try:
-        config = _config(args)
-        import yaml
-
-        if (yaml.safe_load(Path(config).read_text()) or {}).get("framework") != "jax":
-            return None
-    except Exception:  # not readable here: the torch path reports it with its location
-        return None
-    from .jax.run import main as jax_main
-
-    return jax_main([command, "--config", str(config), "--out", str(args.out)] + (["--models", args.models] if args.models else []))
-
-
 def _run(args: argparse.Namespace) -> int:
-    if (code := _jax(args, "run")) is not None:
-        return code
     try:
         config = _config(args)
         from .config import load_config
@@ -150,9 +139,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    if (code := _jax(args, "build")) is not None:
-        return code
-
     def show(entry: dict[str, Any]) -> None:
         state = "built" if entry["status"] == "built" else "build-failed"
         line = f"{entry['name']}: {state} in {entry['build']['seconds']:.2f}s, peak RSS {entry['build']['peak_rss_mb']:.0f} MiB"

@@ -53,6 +53,8 @@ class ModelConfig:
     description: str = ""
     reference: str = ""
     rank: str = "traced"  # "int": per-rank builds, lifted (frontend/torchdist)
+    framework: str = "torch-xla"  # "jax", "torch-xla-spmd": frontend/jax, frontend/spmd (groups from the mesh)
+    devices: int = 8  # framework: jax / torch-xla-spmd: virtual CPU devices of the build
 
     @property
     def tp(self) -> int:
@@ -67,6 +69,7 @@ class Config:
     hide_frames: list[str]
     models: list[ModelConfig]
     source_packages: list[str] = field(default_factory=list)
+    framework: str = "torch-xla"
 
     def where(self, model: ModelConfig, key: str) -> str:
         """``file:line: models[3].entry`` for messages about ``key`` of ``model``."""
@@ -218,7 +221,9 @@ def parse_config(data: Any, path: Path, lines: dict[tuple[str | int, ...], int] 
         if pattern.startswith("/") or ".." in Path(pattern).parts:
             raise fail(("hide_frames", index), f"expected a glob relative to the repository root, got {pattern!r}")
     defaults = data.get("defaults", {})
+    framework = data.get("framework", "torch-xla")
     _check_settings(defaults, ("defaults",), fail)
+    _check_framework(defaults, ("defaults",), framework, fail)
     models: list[ModelConfig] = []
     seen: dict[str, int] = {}
     for index, raw in enumerate(data["models"]):
@@ -227,6 +232,7 @@ def parse_config(data: Any, path: Path, lines: dict[tuple[str | int, ...], int] 
             raise fail((*key_path, "name"), f"expected a unique name; {raw['name']!r} is also models[{seen[raw['name']]}]")
         seen[raw["name"]] = index
         _check_settings(raw, key_path, fail)
+        _check_framework(raw, key_path, framework, fail)
         merged = copy.deepcopy(defaults)
         for key, value in raw.items():
             if key in ("size", "env", "verify"):
@@ -238,7 +244,9 @@ def parse_config(data: Any, path: Path, lines: dict[tuple[str | int, ...], int] 
                 merged[key] = value
             else:
                 merged[key] = value
-        if "tp" in merged:
+        if framework in MESH_FRAMEWORKS:
+            groups = []  # the build derives them from the model's mesh and its group axes
+        elif "tp" in merged:
             groups = [list(range(merged["tp"]))]
         elif "groups" in merged:
             groups = merged["groups"]
@@ -265,9 +273,11 @@ def parse_config(data: Any, path: Path, lines: dict[tuple[str | int, ...], int] 
                 description=merged.get("description", ""),
                 reference=merged.get("reference", ""),
                 rank=merged.get("rank", "traced"),
+                framework=framework,
+                devices=int(merged.get("devices", 8)),
             )
         )
-    return Config(path, root, python_path, list(data.get("hide_frames", [])), models, list(data.get("source_packages", [])))
+    return Config(path, root, python_path, list(data.get("hide_frames", [])), models, list(data.get("source_packages", [])), framework)
 
 
 def _yaml_word(value: Any) -> str:
@@ -299,6 +309,20 @@ def _root(data: dict[str, Any], path: Path, fail: Any) -> Path:
             raise fail(("root",), f"expected a folder relative to {path.name}; {data['root']!r} does not exist")
         return root
     return (git_root(path.parent.resolve()) or path.parent).resolve()
+
+
+# Keys that only some frameworks read: a key the build would ignore is refused, never dropped.
+MESH_FRAMEWORKS = ("jax", "torch-xla-spmd")  # groups and relations from a mesh and specs
+_TORCH_ONLY = ("tp", "groups", "outputs", "rank", "layer_pattern")
+_MESH_ONLY = ("devices",)
+
+
+def _check_framework(settings: dict[str, Any], key_path: tuple[str | int, ...], framework: str, fail: Any) -> None:
+    mesh = framework in MESH_FRAMEWORKS
+    for key in _TORCH_ONLY if mesh else _MESH_ONLY:
+        if key in settings:
+            why = "the model's groups, output relations and rank come from its mesh and specs" if mesh else "it sets the virtual devices of framework: jax / torch-xla-spmd builds"
+            raise fail((*key_path, key), f"not a key of framework: {framework} ({why})")
 
 
 def _check_settings(settings: dict[str, Any], key_path: tuple[str | int, ...], fail: Any) -> None:

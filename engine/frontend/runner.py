@@ -50,7 +50,7 @@ class BuildOutcome:
 
 # Lines of a crash dump that say nothing about the user's model: the worker's own frames and
 # faulthandler's list of loaded extension modules.
-_NOISE = ("engine/frontend/server.py", "engine/frontend/build.py", "<frozen runpy>", "Extension modules:")
+_NOISE = ("engine/frontend/server.py", "engine/frontend/build.py", "engine/frontend/jax/build.py", "engine/frontend/spmd/build.py", "<frozen runpy>", "Extension modules:")
 
 
 def tail(text: str, lines: int = TAIL_LINES) -> str:
@@ -80,9 +80,10 @@ def _rss_mb(pid: int) -> float | None:
 class Worker:
     """One build worker process and the thread that reads its answers."""
 
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+    def __init__(self, env: dict[str, str], log_path: Path, framework: str = "torch-xla") -> None:
         self.env = env
         self.log_path = log_path
+        self.framework = framework
         self.proc: subprocess.Popen[str] | None = None
         self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.import_seconds = 0.0
@@ -93,7 +94,7 @@ class Worker:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "a")  # noqa: SIM115  - owned by the worker process
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "shardproof.engine.frontend.server"],
+            [sys.executable, "-m", "shardproof.engine.frontend.server", *(["jax"] if self.framework == "jax" else [])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, env=env,
         )  # fmt: skip
         log.close()
@@ -102,7 +103,8 @@ class Worker:
         event = self._next(READY_TIMEOUT)
         if event is None or event.get("event") != "ready":
             self.close()
-            return "the build worker did not start (importing torch/torch_xla failed?):\n" + tail(_read(self.log_path))
+            what = "jax" if self.framework == "jax" else "torch/torch_xla"
+            return f"the build worker did not start (importing {what} failed?):\n" + tail(_read(self.log_path))
         self.import_seconds = float(event.get("import_seconds", 0.0))
         return None
 
@@ -234,6 +236,11 @@ def _job(config: Config, model: ModelConfig, folder: Path) -> dict[str, Any]:
         "rank": model.rank,
         "source_packages": config.source_packages,
     }
+    if model.framework != "torch-xla":
+        # jax / torch-xla-spmd builds derive groups and relations from the mesh and the specs.
+        for key in ("groups", "outputs", "rank"):
+            del request[key]
+        request.update(framework=model.framework, devices=model.devices, description=model.description)
     return {"request": request, "log": str(folder / "build.log"), "result": str(folder / "build.json")}
 
 
@@ -249,16 +256,16 @@ def build_all(
     on_built: Callable[[ModelConfig, BuildOutcome], None],
 ) -> dict[str, float]:
     """Build ``models`` in order, calling ``on_built`` as each finishes; returns worker stats."""
-    workers: dict[tuple[tuple[str, str], ...], Worker] = {}
+    workers: dict[tuple[Any, ...], Worker] = {}
     try:
         for model in models:
             folder = out_dir / model.name
             folder.mkdir(parents=True, exist_ok=True)
             for name in (*_FILES.values(), "build.json", "build.log", "baseline.sourcemap.json"):
                 (folder / name).unlink(missing_ok=True)  # never report a stale artifact
-            key = tuple(sorted(model.env.items()))
+            key = (model.framework, *sorted(model.env.items()))
             if key not in workers:
-                workers[key] = Worker(model.env, out_dir / f"worker-{len(workers)}.log")
+                workers[key] = Worker(model.env, out_dir / f"worker-{len(workers)}.log", model.framework)
             outcome = workers[key].build(_job(config, model, folder), model.timeout, model.memory_mb)
             if outcome.error and outcome.summary.get("key"):
                 outcome.error = f"{config.where(model, outcome.summary['key'])}: {outcome.error}"
@@ -289,9 +296,9 @@ def verify_model(model: ModelConfig, folder: Path) -> tuple[str, dict[str, Any] 
             spec = load_relations(folder / _FILES["relations"])
             p.at(str(folder / _FILES["sourcemap"]))
             sourcemap = SourceMap.load(folder / _FILES["sourcemap"])
-        from ..witness.pair import DEFAULT_MEMORY_MB, WitnessOptions
+        from ..witness.pair import DEFAULT_MAX_INSTRUCTIONS, DEFAULT_MEMORY_MB, WitnessOptions
 
-        witness = WitnessOptions(memory_mb=float(model.verify.get("witness_memory_mb", DEFAULT_MEMORY_MB)))
+        witness = WitnessOptions(memory_mb=float(model.verify.get("witness_memory_mb", DEFAULT_MEMORY_MB)), max_instructions=int(model.verify.get("witness_max_instructions", DEFAULT_MAX_INSTRUCTIONS)))
         result = check_files(spec, folder / _FILES["baseline"], folder / _FILES["distributed"], sourcemap, budget, witness=str(model.verify.get("witness", "auto")), witness_options=witness)
     except InputError as e:
         return "build-failed", None, f"the verifier rejected the built artifacts: {e}"
@@ -327,7 +334,9 @@ def layers_of(result: dict[str, Any] | None) -> int | None:
     report = result.get("stats", {}).get("segment_report")
     if not report:
         return None
-    return sum(1 for seg in report if seg.get("layer", -1) >= 0)
+    from ..analysis.partition import is_backward  # the backward of a layer is no layer of its own
+
+    return sum(1 for seg in report if seg.get("layer", -1) >= 0 and not is_backward(seg["layer"]))
 
 
 def run_models(
@@ -383,6 +392,8 @@ def run_models(
         }
         if isolation:
             entry["build"]["isolation"] = isolation
+        if outcome.summary.get("rank_seconds"):  # an int-rank model: one build per rank
+            entry["build"]["rank_seconds"] = outcome.summary["rank_seconds"]
         verify_seconds = 0.0
         if outcome.ok and verify:
             t = time.perf_counter()

@@ -46,11 +46,24 @@ def _child(job: dict[str, Any]) -> int:
     # On the runner's SIGTERM (time or memory cap) the log shows where the build was stuck.
     faulthandler.register(signal.SIGTERM, file=sys.stderr, all_threads=True, chain=False)
     faulthandler.enable(file=sys.stderr)
-    from .build import BuildRequest, DeclarationError, build
+    request = dict(job["request"])
+    framework = request.pop("framework", "torch-xla")
+    if framework == "jax":
+        from .build import DeclarationError
+        from .jax.build import build_request as build
+    elif framework == "torch-xla-spmd":
+        from .build import DeclarationError
+        from .spmd.build import build_request as build
+    else:
+        from .build import BuildRequest, DeclarationError
+        from .build import build as build_torch
+
+        def build(r: dict[str, Any]) -> dict[str, Any]:
+            return build_torch(BuildRequest(**r))
 
     started = time.perf_counter()
     try:
-        summary = build(BuildRequest(**job["request"]))
+        summary = build(request)
         outcome: dict[str, Any] = {"ok": True, "summary": summary}
         code = 0
     except BaseException as e:  # everything becomes a build-failed result
@@ -108,16 +121,23 @@ def _preload(packages: list[str]) -> None:
             continue
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """``server [jax]``: a torch-xla worker, or with ``jax`` a JAX one (framework: jax)."""
     started = time.perf_counter()
-    # xm.all_reduce is a no-op on one device unless told otherwise: without this a model using
-    # it would trace as if the collective were missing.
-    os.environ.setdefault("XLA_ALWAYS_ALLREDUCE", "1")
-    capture.configure_environment()
-    import torch  # noqa: F401  - the import every build shares
-    import torch_xla  # noqa: F401
+    if (argv if argv is not None else sys.argv[1:]) == ["jax"]:
+        # Only the import is shared: the backend (and the XLA flags it reads: device count,
+        # dump folder) starts in each forked child, never here, so forking stays safe.
+        os.environ["JAX_PLATFORMS"] = "cpu"
+        import jax  # noqa: F401
+    else:
+        # xm.all_reduce is a no-op on one device unless told otherwise: without this a model
+        # using it would trace as if the collective were missing.
+        os.environ.setdefault("XLA_ALWAYS_ALLREDUCE", "1")
+        capture.configure_environment()
+        import torch  # noqa: F401  - the import every build shares
+        import torch_xla  # noqa: F401
 
-    capture.keep_scalars_constant()
+        capture.keep_scalars_constant()
     _send({"event": "ready", "import_seconds": round(time.perf_counter() - started, 3)})
     for line in sys.stdin:
         if not line.strip():

@@ -174,9 +174,8 @@ def fold_noops(comp: Computation) -> Computation:
         # A slice whose result has its operand's dims takes every dim whole ([0:n:1]; a start > 0,
         # a limit < n or a stride > 1 on a dim of size n > 1 shrinks it): the identity, for
         # every dtype. Megatron's GlobalMemoryBuffer reads a gathered tensor back this way.
-        if ins.opcode == "slice" and src.shape.dims == ins.shape.dims and src.shape.dtype == ins.shape.dtype:
-            alias[ins.name] = src.name
-        elif (ins.opcode in ("copy", "bitcast") and ins.opcode == "copy" and src.shape == ins.shape) or (ins.opcode == "convert" and _same_type(src.shape, ins.shape)) or (ins.opcode == "broadcast" and _same_type(src.shape, ins.shape) and list(ins.parsed.get("dimensions", [])) == list(range(src.shape.rank))):
+        full_slice = ins.opcode == "slice" and src.shape.dims == ins.shape.dims and src.shape.dtype == ins.shape.dtype
+        if full_slice or (ins.opcode in ("copy", "bitcast") and ins.opcode == "copy" and src.shape == ins.shape) or (ins.opcode == "convert" and _same_type(src.shape, ins.shape)) or (ins.opcode == "broadcast" and _same_type(src.shape, ins.shape) and list(ins.parsed.get("dimensions", [])) == list(range(src.shape.rank))):
             alias[ins.name] = src.name
         elif ins.opcode == "reshape":
             if src.opcode == "reshape":

@@ -12,6 +12,7 @@ Only the witness's copies change; the verifier reads the texts as written.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from .runtime import canonical
@@ -79,6 +80,11 @@ def _module_line(text: str) -> str:
     return f"HloModule {m.group(1) if m else 'witness'}"
 
 
+@functools.lru_cache(maxsize=8)
+def _entry(canon: str) -> Entry:
+    return Entry(canon)
+
+
 def with_outputs(text: str, names: list[str]) -> tuple[str, list[str]]:
     """A copy of ``text`` whose ROOT is (original ROOT, names...) — the original leaves first,
     then one leaf per name it could add (array-shaped instructions of the entry); returns the
@@ -103,7 +109,7 @@ def cut_instruction(text: str, name: str) -> tuple[str, list[str]]:
     """A program computing only instruction ``name`` of the entry, each distinct operand a
     parameter (numbered in order of first use); returns it and the operand names."""
     canon = canonical(text)
-    e = Entry(canon)
+    e = _entry(canon)
     if name not in e.at:
         raise KeyError(f"no instruction %{name} in the entry")
     ops = list(dict.fromkeys(e.operands(name)))

@@ -21,6 +21,7 @@ from megatron.core.tensor_parallel import (
     RowParallelLinear,
     VocabParallelEmbedding,
 )
+from megatron.core.tensor_parallel.mappings import all_to_all_sp2hp
 
 from shardproof.engine.frontend.declare import BuildContext, Input, Model
 
@@ -130,4 +131,131 @@ def embedding(ctx: BuildContext) -> Model:
         distributed=distributed,
         inputs=[Input("ids", (n["batch"], n["seq"]), "int64", int_range=(0, n["vocab"]))],
         plan={"embed.weight": {"shard": 0}},
+    )
+
+
+class SeqToHidden(torch.nn.Module):
+    """Megatron's all_to_all_sp2hp: tokens sharded over the ranks in, hidden sharded out."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return all_to_all_sp2hp(x)
+
+
+def sp2hp(ctx: BuildContext) -> Model:
+    """(tokens, hidden) sharded along the tokens -> sharded along the hidden dim (all-to-all)."""
+    n = _sizes(ctx)
+    parallel(1)
+
+    def distributed(rank: int) -> Any:
+        parallel(ctx.tp)
+        return SeqToHidden()
+
+    return Model(
+        baseline=SeqToHidden(),
+        distributed=distributed,
+        inputs=[Input("x", (n["seq"] * n["batch"], n["hidden"]), shard=0)],
+        outputs=[{"shard": 1}],
+    )
+
+
+class Layer(torch.nn.Module):
+    """A megatron-core TransformerLayer from the local (no Transformer Engine) spec."""
+
+    def __init__(self, tp: int, normalization: str, n: dict[str, int]) -> None:
+        super().__init__()
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+        from megatron.core.transformer.spec_utils import build_module
+
+        config = _transformer_config(tp, normalization, n)
+        self.layer = build_module(get_gpt_layer_local_spec(normalization=normalization), config=config, layer_number=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x, attention_mask=None)[0]
+
+
+def _transformer_config(tp: int, normalization: str, n: dict[str, int]) -> Any:
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    parallel(tp)
+    return TransformerConfig(
+        num_layers=1,
+        hidden_size=n["hidden"],
+        ffn_hidden_size=n["ffn"],
+        num_attention_heads=n["heads"],
+        tensor_model_parallel_size=tp,
+        normalization=normalization,
+        use_cpu_initialization=True,
+        perform_initialization=False,
+        attention_dropout=0.0,
+        hidden_dropout=0.0,
+        bias_dropout_fusion=False,
+        bias_activation_fusion=False,
+        masked_softmax_fusion=False,
+        apply_rope_fusion=False,
+        gradient_accumulation_fusion=False,
+        persist_layer_norm=False,
+    )
+
+
+LAYER_PLAN = {
+    "*.self_attention.linear_qkv": "colwise",
+    "*.self_attention.linear_proj": "rowwise",
+    "*.mlp.linear_fc1": "colwise",
+    "*.mlp.linear_fc2": "rowwise",
+}
+
+
+def transformer_layer(ctx: BuildContext) -> Model:
+    """TransformerLayer (local spec); ``size.norm``: RMSNorm or LayerNorm."""
+    n = {**_sizes(ctx), "heads": ctx.knob("heads", 4)}
+    norm = ctx.knob("norm", "RMSNorm")
+    baseline = Layer(1, norm, n)
+
+    def distributed(rank: int) -> Any:
+        bugs.apply(ctx.variant, rank)
+        return Layer(ctx.tp, norm, n)
+
+    return Model(baseline=baseline, distributed=distributed, inputs=[Input("x", (n["seq"], n["batch"], n["hidden"]))], plan=LAYER_PLAN)
+
+
+class TinyGPT(torch.nn.Module):
+    """megatron-core's GPTModel (local spec, RoPE), logits gathered over the vocabulary."""
+
+    def __init__(self, tp: int, n: dict[str, int]) -> None:
+        super().__init__()
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+        from megatron.core.models.gpt.gpt_model import GPTModel
+
+        config = _transformer_config(tp, "RMSNorm", n)
+        self.gpt = GPTModel(
+            config=config,
+            transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
+            vocab_size=n["vocab"],
+            max_sequence_length=n["seq"],
+            position_embedding_type="rope",
+            share_embeddings_and_output_weights=False,
+            parallel_output=False,  # the output layer's gather_output=True
+        )
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return self.gpt(ids, positions, attention_mask=None)
+
+
+def gpt(ctx: BuildContext) -> Model:
+    n = {**_sizes(ctx), "heads": ctx.knob("heads", 4)}
+    baseline = TinyGPT(1, n)
+
+    def distributed(rank: int) -> Any:
+        bugs.apply(ctx.variant, rank)
+        return TinyGPT(ctx.tp, n)
+
+    return Model(
+        baseline=baseline,
+        distributed=distributed,
+        inputs=[Input("ids", (n["batch"], n["seq"]), "int64", int_range=(0, n["vocab"])), Input("positions", (n["batch"], n["seq"]), "int64", int_range=(0, n["seq"]))],
+        plan={
+            **{"gpt.decoder.layers." + key: style for key, style in LAYER_PLAN.items()},
+            "gpt.embedding.word_embeddings.weight": {"shard": 0},
+            "gpt.output_layer": "colwise",
+        },
     )

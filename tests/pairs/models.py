@@ -37,16 +37,14 @@ class Collectives:
 
     ``spmd_all_reduce(reduce_type, t, scale, groups)`` and ``spmd_reduce_scatter(reduce_type, t,
     scale, scatter_dim, shard_count, groups)`` are the token-free ``_XLAC._xla_spmd_*`` ops;
-    ``all_gather(t, dim, groups=..., pin_layout=False)`` and ``all_reduce(reduce_type, t,
-    groups=...)`` are ``xm.all_gather`` / ``xm.all_reduce``, which thread torch-xla's token.
+    ``all_gather(t, dim, groups=..., pin_layout=False)``, ``all_reduce(reduce_type, t, groups=...)``
+    and ``all_to_all(t, split_dim, concat_dim, count, groups=..., pin_layout=False)`` are xm's.
     """
-
     spmd_all_reduce: Callable[..., Tensor]
     spmd_reduce_scatter: Callable[..., Tensor]
     all_gather: Callable[..., Tensor]
     all_reduce: Callable[..., Tensor]
-    # xm.all_to_all(t, split_dimension, concat_dimension, split_count, groups=..., pin_layout=False)
-    all_to_all: Callable[..., Tensor] | None = None
+    all_to_all: Callable[..., Tensor] | None = None  # xm.all_to_all (torch-xla's token threaded)
 
 
 # Module-path scopes ("layers.3") for layered models. generate.py installs torch-xla's scope

@@ -1,8 +1,11 @@
-"""Build a JAX model's HLO pair and relations (runs in the build process; imports jax).
+"""Build a JAX model's HLO pair and relations (runs in a forked build child; imports jax).
 
-The process is started by run.py with ``JAX_PLATFORMS=cpu``, ``XLA_FLAGS`` giving the virtual
-CPU devices, and XLA's dump of the module after SPMD partitioning (``--xla_dump_to``,
-``--xla_dump_hlo_pass_re=spmd-partitioning``). Per model it writes into ``OUT/<name>/``:
+``shardproof run`` builds ``framework: jax`` models like torch ones (runner.py): a worker
+(``server.py jax``) imports jax once and forks a child per model under the runner's time and
+memory caps; the child calls :func:`build_request`, which sets ``JAX_PLATFORMS=cpu`` and
+``XLA_FLAGS`` (the model's virtual CPU devices, and XLA's dump of the module after SPMD
+partitioning into the model's folder) before the backend starts. It writes into the model's
+folder:
 
 - ``baseline.hlo``: ``jax.jit(baseline).lower(*inputs).as_text(dialect="hlo")`` (one device);
 - ``distributed.hlo``: the per-device module XLA wrote right after SPMD partitioning (what each
@@ -12,23 +15,33 @@ CPU devices, and XLA's dump of the module after SPMD partitioning (``--xla_dump_
   pair the verifier reads too; XLA's CPU runtime cannot run optimized text again, so the
   witness gets the unoptimized one);
 - ``relations.yaml``: derived from the mesh and the specs (see declare.py);
-- ``build.json``: ``{"ok": true}`` or the error.
+- ``sourcemap.json`` / ``baseline.sourcemap.json``: each instruction's Python frames in the
+  repository (from the ``stack_frame_id`` tables XLA prints), paths relative to its root, so
+  findings and review comments land on the model's lines and no machine path is reported.
+
+The runner writes ``build.json`` (the summary, or the error with its traceback).
 
 Inputs are ``jax.ShapeDtypeStruct``s: nothing is allocated.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
-import traceback
+import os
+import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from .declare import JaxContext, JaxModel, Spec
+
+JAX_DIR = Path(__file__).resolve().parent
+
+
+class SpecError(ValueError):
+    """A spec that cannot become a relation: a mistake in the declaration, not in jax."""
 
 
 def _axes_of(entry: Any) -> tuple[str, ...]:
@@ -59,20 +72,25 @@ def relation_of(spec: Spec, shape: tuple[int, ...], mesh: Any, group_axes: tuple
     local = list(shape)
     rel: dict[str, Any] = {"relation": "duplicate"}
     if len(spec) > len(shape):
-        raise ValueError(f"{what}: spec {spec} has more entries than the shape {shape} has dims")
+        raise SpecError(f"{what}: spec {spec} has more entries than the shape {shape} has dims")
     for d, entry in enumerate(spec):
         axes = _axes_of(entry)
         grouped = tuple(a for a in axes if a in group_axes)
         other = [a for a in axes if a not in group_axes]
         for a in other:
             if local[d] % mesh.shape[a]:
-                raise ValueError(f"{what}: dim {d} of {shape} does not divide over axis '{a}' ({mesh.shape[a]})")
+                raise SpecError(f"{what}: dim {d} of {shape} does not divide over axis '{a}' ({mesh.shape[a]})")
             local[d] //= mesh.shape[a]
         if grouped:
             if grouped != group_axes or other:
-                raise ValueError(f"{what}: dim {d} is split over {axes}; the group axes {group_axes} must split it together, in this order, and alone")
+                raise SpecError(f"{what}: dim {d} is split over {axes}; the group axes {group_axes} must split it together, in this order, and alone")
             if rel["relation"] == "sharded":
-                raise ValueError(f"{what}: two dims split over the group axes")
+                raise SpecError(f"{what}: two dims split over the group axes")
+            c = 1
+            for a in grouped:
+                c *= mesh.shape[a]
+            if local[d] % c:
+                raise SpecError(f"{what}: dim {d} of {shape} does not divide over axis {'/'.join(grouped)} ({c})")
             rel = {"relation": "sharded", "dim": d}
     return rel, tuple(local)
 
@@ -82,7 +100,7 @@ def derive(model: JaxModel, name: str) -> dict[str, Any]:
     group_axes = tuple(model.group_axes) if model.group_axes is not None else tuple(mesh.axis_names)
     for a in group_axes:
         if a not in mesh.axis_names:
-            raise ValueError(f"{name}: group axis '{a}' is not an axis of the mesh {tuple(mesh.axis_names)}")
+            raise SpecError(f"{name}: group axis '{a}' is not an axis of the mesh {tuple(mesh.axis_names)}")
     inputs, base_shapes = [], []
     for i, inp in enumerate(model.inputs):
         rel, local = relation_of(tuple(inp.spec), tuple(inp.shape), mesh, group_axes, f"{name}: input {inp.name}")
@@ -106,7 +124,7 @@ def build_one(model: JaxModel, name: str, out: Path, dump: Path) -> None:
     n_out = len(jax.tree_util.tree_leaves(base_lowered.out_info))
     out_specs = list(model.outputs) if model.outputs is not None else [()] * n_out
     if len(out_specs) != n_out:
-        raise ValueError(f"{name}: {len(out_specs)} output specs for {n_out} outputs")
+        raise SpecError(f"{name}: {len(out_specs)} output specs for {n_out} outputs")
     base_out = jax.tree_util.tree_leaves(base_lowered.out_info)
     outputs = []
     for k, (spec, o) in enumerate(zip(out_specs, base_out, strict=True)):
@@ -135,34 +153,73 @@ def build_one(model: JaxModel, name: str, out: Path, dump: Path) -> None:
     (out / "relations.yaml").write_text(yaml.safe_dump(relations, sort_keys=False, default_flow_style=None))
 
 
-def main(argv: list[str]) -> int:
-    """build.py PLAN.json: [{"name", "entry", "variant", "size", "out"}], python_path in PLAN."""
-    plan = json.loads(Path(argv[0]).read_text())
-    dump = Path(plan["dump"])
-    for p in plan["python_path"]:
-        sys.path.insert(0, p)
+def _frames(md: Any) -> list[tuple[str, int, str]]:
+    if md.frames:
+        return list(md.frames)
+    return [(md.source_file, md.source_line, "")] if md.source_file else []
+
+
+def sourcemap(hlo: Path, root: Path, hidden: set[str]) -> dict[str, Any]:
+    """Each instruction of ``hlo`` with its metadata's frames that lie in the repository (not in
+    installed packages, not hidden), innermost first, named relative to ``root``. An instruction
+    whose recorded frames all lie elsewhere gets no frames: the report then says so rather than
+    name a file of jax or of this machine."""
+    from ...hlo.parser import parse_hlo_file
+    from ..capture import is_repository_file, portable_path
+
+    module = parse_hlo_file(hlo)
+    out: dict[str, Any] = {}
+    for comp in module.computations.values():
+        for ins in comp.instructions:
+            frames = _frames(ins.metadata)
+            if not frames:
+                continue
+            kept = [{"file": portable_path(f, root), "line": line, "function": fn} for f, line, fn in frames
+                    if is_repository_file(f, root) and f not in hidden and line > 0]
+            # No op_name: the metadata's stays in charge (the normalizer names unrolled loop
+            # iterations there, which is how the verifier cuts a scan into its layers).
+            out[ins.name] = {"frames": kept}
+    return {"instructions": out}
+
+
+def _hidden(root: Path, globs: Sequence[str]) -> set[str]:
+    """Files whose frames never name an instruction: the configuration's ``hide_frames`` and
+    the front end's own files (the calls into the user's functions)."""
+    out = {str(p) for p in JAX_DIR.parent.rglob("*.py")}
+    for pattern in globs:
+        out |= {str(p.resolve()) for p in root.glob(pattern) if p.is_file()}
+    return out
+
+
+def build_request(request: dict[str, Any]) -> dict[str, Any]:
+    """Build one model in this (forked) process: the runner's job for ``framework: jax``."""
+    from ..build import DeclarationError, load_entry
+
+    out = Path(request["out_dir"])
+    out.mkdir(parents=True, exist_ok=True)
+    dump = out / ".xla_dump"
+    shutil.rmtree(dump, ignore_errors=True)
+    # Read when the backend starts, which is below in this process: the worker only imported jax.
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={int(request['devices'])} --xla_dump_to={dump} --xla_dump_hlo_pass_re=spmd-partitioning"
     import jax
 
-    devices = len(jax.devices())
-    for m in plan["models"]:
-        out = Path(m["out"])
-        out.mkdir(parents=True, exist_ok=True)
-        status: dict[str, Any] = {"ok": True}
-        try:
-            mod_name, fn_name = m["entry"].split(":", 1)
-            fn = getattr(importlib.import_module(mod_name), fn_name)
-            ctx = JaxContext(m["name"], devices, m.get("variant"), m.get("size") or {})
-            model = fn(ctx)
-            unread = [k for k in ctx.unread_knobs() if k in (m.get("own_size") or [])]
-            if unread:
-                raise ValueError(f"size knob(s) {unread} set for {m['name']} but never read by {m['entry']}")
-            build_one(model, m["name"], out, dump)
-            status["description"] = model.description
-        except Exception as e:  # one model's failure is its build-failed row, never the run's end
-            status = {"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-4000:]}
-        (out / "build.json").write_text(json.dumps(status))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    fn = load_entry(request["entry"], request["python_path"])
+    ctx = JaxContext(request["name"], len(jax.devices()), request.get("variant"), request.get("size") or {})
+    model = fn(ctx)
+    if not isinstance(model, JaxModel):
+        raise DeclarationError(f"the entry point must return shardproof.engine.frontend.jax.declare.JaxModel, got {type(model).__name__}", "entry")
+    unread = [k for k in ctx.unread_knobs() if k in (request.get("own_size") or [])]
+    if unread:
+        raise DeclarationError(f"size knob(s) {', '.join(unread)} are never read by {request['entry']}", f"size.{unread[0]}")
+    try:
+        build_one(model, request["name"], out, dump)
+    except SpecError as e:
+        raise DeclarationError(str(e), "entry") from e
+    root = Path(request["root"])
+    hidden = _hidden(root, request.get("hide_frames") or [])
+    for hlo, name in (("distributed.hlo", "sourcemap.json"), ("baseline.hlo", "baseline.sourcemap.json")):
+        (out / name).write_text(json.dumps(sourcemap(out / hlo, root, hidden), indent=1) + "\n")
+    shutil.rmtree(dump, ignore_errors=True)
+    return {"description": model.description or request.get("description", ""), "devices": len(jax.devices()),
+            "hlo_bytes": {k: (out / f"{k}.hlo").stat().st_size for k in ("baseline", "distributed")}}

@@ -152,10 +152,12 @@ def cuda_as_xla(meta: bool = False) -> Iterator[None]:
 
 
 def setup_megatron_rng(seed: int = 1234) -> None:
-    """Megatron's tensor-parallel RNG tracker, with its states kept on the CPU generator.
+    """Megatron's tensor-parallel RNG tracker, with the CUDA generator's state kept on the CPU.
 
-    ``model_parallel_cuda_manual_seed`` reads and sets CUDA RNG states; here the tracker only
-    has to exist with its default stream so that ``get_cuda_rng_tracker().fork()`` works.
+    ``model_parallel_cuda_manual_seed`` and ``get_cuda_rng_tracker().fork()`` read and set CUDA
+    RNG states; in a forked build child CUDA cannot even be initialized. A build traces no
+    random numbers that matter (dropout is off in the declared configs; weights are
+    placeholders), so the states are the CPU generator's and setting one is a no-op.
     """
     import torch
 
@@ -163,21 +165,12 @@ def setup_megatron_rng(seed: int = 1234) -> None:
         from megatron.core.tensor_parallel import random as mrandom
     except ImportError:
         return
+    cpu_state = lambda *a, **k: torch.get_rng_state()  # noqa: E731
+    mrandom._get_cuda_rng_state = cpu_state
+    mrandom._set_cuda_rng_state = lambda *a, **k: None
+    torch.cuda.get_rng_state = cpu_state
+    torch.cuda.manual_seed = lambda *a, **k: None
     tracker = mrandom.get_cuda_rng_tracker()
     tracker.reset()
-    state = torch.get_rng_state()
-    saved = (torch.cuda.get_rng_state, torch.cuda.set_rng_state, mrandom._set_cuda_rng_state)
-    torch.cuda.get_rng_state = lambda *a, **k: torch.get_rng_state()
-    mrandom._set_cuda_rng_state = lambda new_state, *a, **k: None
-    try:
-        torch.manual_seed(seed)
-        tracker.add(mrandom._MODEL_PARALLEL_RNG_TRACKER_NAME, seed + 2718)
-        for name in ("expert-parallel-rng", "data-parallel-rng"):
-            if hasattr(mrandom, "_EXPERT_PARALLEL_RNG_TRACKER_NAME") or name:
-                tracker.add(name, seed + 1 + len(tracker.get_states()))
-    finally:
-        torch.set_rng_state(state)
-        torch.cuda.get_rng_state, torch.cuda.set_rng_state, mrandom._set_cuda_rng_state = saved
-    # Forking the tracker later swaps CUDA states; on the CPU there is nothing to swap.
-    mrandom._set_cuda_rng_state = lambda new_state, *a, **k: None
-    torch.cuda.get_rng_state = lambda *a, **k: torch.get_rng_state()
+    for offset, name in enumerate((mrandom._MODEL_PARALLEL_RNG_TRACKER_NAME, mrandom._EXPERT_PARALLEL_RNG_TRACKER_NAME, mrandom._DATA_PARALLEL_RNG_TRACKER_NAME)):
+        tracker.add(name, seed + 2718 + offset)
