@@ -263,6 +263,7 @@ def check_once(folder: Path, timeout: float) -> dict[str, Any]:
         "divergence": {k: first.get(k) for k in ("instruction", "op_name", "source", "cause")}
         if first
         else None,
+        "witness": {k: (doc.get("witness") or {}).get(k) for k in ("status", "seconds", "segment")} if doc.get("witness") else None,
     }
 
 
@@ -313,8 +314,11 @@ def report(
         src = div.get("source") or {}
         where = f"{src.get('file')}:{src.get('line')} ({div.get('op_name')}): {str(div.get('cause'))[:160]}"
         if p.variant and ok:
-            ok = f"layers.{BUG_LAYER}." in (div.get("op_name") or "")
-            why = f"pinpointed at {where}"
+            # A bug is confirmed by the numeric witness (the whole pair is too big to execute:
+            # on its diverging instruction, executed alone) and pinpointed in its layer.
+            wit = last.get("witness") or {}
+            ok = f"layers.{BUG_LAYER}." in (div.get("op_name") or "") and wit.get("status") == "confirmed"
+            why = f"pinpointed at {where}; witness {wit.get('status')} in {wit.get('seconds')} s" + (f" on {wit['segment']['instruction']}" if wit.get("segment") else "")
         elif div:
             why += f"; first divergence at {where}"
         checks.append(

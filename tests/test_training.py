@@ -53,6 +53,7 @@ models:
   - {{name: train2_norm_twice, entry: tplm.models:train_step, variant: sp_norm_grad_twice, size: {{layers: 2}}, expect: diverged}}
   - {{name: dp_missing, entry: tplm.models:dp_train_step, variant: dp_grad_missing, size: {{layers: 2, batch: 4}}, expect: diverged}}
   - {{name: dp_twice, entry: tplm.models:dp_train_step, variant: dp_grad_scaled_twice, size: {{layers: 2, batch: 4}}, expect: diverged}}
+  - {{name: adamw_accumulated, entry: tplm.models:train_step, size: {{layers: 2, optimizer: adamw, micro_batches: 2}}, expect: verified}}
 """
 
 
@@ -134,7 +135,7 @@ def test_backward_instructions_name_the_forward_call(built: tuple[dict[str, Any]
     assert {f"model.layers.{k}.attn" for k in range(3)} <= modules
     assert {f"model.layers.{k}.mlp.gate_up" for k in range(3)} <= modules
     lines = {(f["file"], f["line"]) for e in backward.values() for f in e["frames"][:1]}
-    assert ("examples/tplm/train.py", next(i for i, t in enumerate((ROOT / "examples/tplm/train.py").read_text().splitlines(), 1) if "reduce_from_region(((out - target)" in t)) in lines
+    assert ("examples/tplm/train.py", next(i for i, t in enumerate((ROOT / "examples/tplm/train.py").read_text().splitlines(), 1) if "reduce_from_region(((out - ts)" in t)) in lines
 
 
 def test_the_backward_is_cut_into_layers_in_reverse(built: tuple[dict[str, Any], Path]) -> None:
@@ -187,3 +188,13 @@ def test_dp_gradient_bugs_are_diverged_and_witnessed(built: tuple[dict[str, Any]
     # Backward instructions are marked as such, at the forward line they differentiate.
     marked = [d for d in m["result"]["divergences"] if d["source"].get("backward")]
     assert all(d["op_name"].startswith("backward") for d in marked)
+
+
+def test_adamw_with_gradient_accumulation_verifies(built: tuple[dict[str, Any], Path]) -> None:
+    """Two micro-batches (forward + backward each, gradients summed) and the first AdamW step."""
+    m = model(built, "adamw_accumulated")
+    assert m["status"] == "verified", (m["result"]["reason"], m["result"]["divergences"][:2])
+    text = (built[1] / "adamw_accumulated" / "distributed.hlo").read_text()
+    assert " sqrt(" in text  # the AdamW denominator is in the program
+    labels = [s["layer"] for s in m["result"]["stats"]["segment_report"]]
+    assert BACKWARD_BASE - 1 in labels and BACKWARD_BASE in labels

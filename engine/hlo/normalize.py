@@ -7,8 +7,7 @@ and why:
   parameters the relations file declares as tokens are stripped; the "after" side is dead code.
 - ``split_tuples``: a multi-operand all-reduce returns a tuple; split it into one all-reduce per
   operand (identical semantics) and resolve ``get-tuple-element(tuple(...))``.
-- ``fold_noops``: drop converts to the same type, copies, identity transposes/reshapes/broadcasts,
-  full-extent slices, and
+- ``fold_noops``: drop converts to the same type, copies, identity transposes/reshapes/broadcasts, and
   collapse reshape∘reshape and transpose∘transpose chains (row-major reshapes compose exactly).
 - ``dce``: keep only instructions the root depends on.
 - ``unmerge_batch_dots``: a batched dot over merged leading dims becomes a dot with two batch
@@ -171,11 +170,7 @@ def fold_noops(comp: Computation) -> Computation:
         src = by.get(ins.operands[0]) if ins.operands else None
         if src is None:
             continue
-        # A slice whose result has its operand's dims takes every dim whole ([0:n:1]; a start > 0,
-        # a limit < n or a stride > 1 on a dim of size n > 1 shrinks it): the identity, for
-        # every dtype. Megatron's GlobalMemoryBuffer reads a gathered tensor back this way.
-        full_slice = ins.opcode == "slice" and src.shape.dims == ins.shape.dims and src.shape.dtype == ins.shape.dtype
-        if full_slice or (ins.opcode in ("copy", "bitcast") and ins.opcode == "copy" and src.shape == ins.shape) or (ins.opcode == "convert" and _same_type(src.shape, ins.shape)) or (ins.opcode == "broadcast" and _same_type(src.shape, ins.shape) and list(ins.parsed.get("dimensions", [])) == list(range(src.shape.rank))):
+        if (ins.opcode in ("copy", "bitcast") and ins.opcode == "copy" and src.shape == ins.shape) or (ins.opcode == "convert" and _same_type(src.shape, ins.shape)) or (ins.opcode == "broadcast" and _same_type(src.shape, ins.shape) and list(ins.parsed.get("dimensions", [])) == list(range(src.shape.rank))):
             alias[ins.name] = src.name
         elif ins.opcode == "reshape":
             if src.opcode == "reshape":

@@ -146,16 +146,18 @@ def decode(ctx: BuildContext) -> Model:
 
 
 def train_step(ctx: BuildContext) -> Model:
-    """Forward + backward + SGD step of a sequence-parallel decoder stack."""
+    """Forward + backward + SGD (or AdamW) step of a sequence-parallel decoder stack, with
+    optional gradient accumulation over micro-batches."""
     bug = _variant(ctx, TRAIN_BUGS)
     cfg = _llama_config(ctx)
     lr = ctx.knob("lr", 0.01)
-    baseline = TrainStep(cfg, Parallel(), lr)
+    optimizer, micro_batches = ctx.knob("optimizer", "sgd"), ctx.knob("micro_batches", 1)
+    baseline = TrainStep(cfg, Parallel(), lr, optimizer, micro_batches)
     names = [name for name, _ in baseline.named_parameters()]
     shape = (cfg.seq, cfg.batch, cfg.hidden)
     return Model(
         baseline=baseline,
-        distributed=lambda rank: TrainStep(cfg, Parallel(ctx.tp, rank, ctx.groups, True, bug), lr),
+        distributed=lambda rank: TrainStep(cfg, Parallel(ctx.tp, rank, ctx.groups, True, bug), lr, optimizer, micro_batches),
         inputs=[Input("x", shape, shard=0), Input("target", shape, shard=0)],
         plan=llama_plan(cfg, ctx.tp, prefix="model.") | {"model.norm": "sequence_parallel"},
         outputs=["replicate", *({"like": name} for name in names)],

@@ -40,13 +40,31 @@ def sequence_parallel_params(names: Sequence[str]) -> list[bool]:
     return [name.endswith("norm.weight") for name in names]
 
 
-class TrainStep(nn.Module):
-    """(x, target) hidden states, sequence-sharded -> (loss, updated parameters...)."""
+OPTIMIZERS = ("sgd", "adamw")
 
-    def __init__(self, cfg: LlamaConfig, ps: Parallel, lr: float = 0.01) -> None:
+
+class TrainStep(nn.Module):
+    """(x, target) hidden states, sequence-sharded -> (loss, updated parameters...).
+
+    ``micro_batches`` > 1 accumulates the gradients of that many micro-batches (the batch dim
+    split evenly) before the update; ``optimizer`` is SGD or the first AdamW step (zero moment
+    estimates, bias-corrected, decoupled weight decay).
+    """
+
+    def __init__(self, cfg: LlamaConfig, ps: Parallel, lr: float = 0.01, optimizer: str = "sgd", micro_batches: int = 1) -> None:
         super().__init__()
-        self.ps, self.lr = ps, lr
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer {optimizer!r}: expected one of {', '.join(OPTIMIZERS)}")
+        if micro_batches < 1 or cfg.batch % micro_batches:
+            raise ValueError(f"micro_batches {micro_batches} does not divide the batch ({cfg.batch})")
+        self.ps, self.lr, self.optimizer, self.micro_batches = ps, lr, optimizer, micro_batches
         self.model = DecoderStack(cfg, ps)
+
+    def adamw(self, p: Tensor, g: Tensor, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, wd: float = 0.01) -> Tensor:
+        m = (1 - b1) * g  # the moments start at zero
+        v = (1 - b2) * g * g
+        m_hat, v_hat = m / (1 - b1), v / (1 - b2)
+        return p - self.lr * (m_hat / (v_hat.sqrt() + eps) + wd * p)
 
     def forward(self, x: Tensor, target: Tensor) -> tuple[Tensor, ...]:
         from .layers import rotary_tables
@@ -54,10 +72,17 @@ class TrainStep(nn.Module):
         ps, cfg = self.ps, self.model.cfg
         seq = x.shape[0] * ps.tp
         cos, sin = rotary_tables(seq, cfg.head_dim, cfg.rope_theta, x.device)
-        out = self.model(x, cos, sin)
-        loss = reduce_from_region(((out - target) ** 2).sum(), ps)  # this rank's tokens, summed over ranks
         names, params = zip(*self.model.named_parameters(), strict=True)
-        grads = list(torch.autograd.grad(loss, params))
+        pieces = zip(x.chunk(self.micro_batches, 1), target.chunk(self.micro_batches, 1), strict=True) if self.micro_batches > 1 else [(x, target)]
+        loss: Tensor | None = None
+        grads: list[Tensor] = []
+        for xs, ts in pieces:
+            out = self.model(xs, cos, sin)
+            part = reduce_from_region(((out - ts) ** 2).sum(), ps)  # this rank's tokens, summed over ranks
+            got = torch.autograd.grad(part, params)
+            loss = part if loss is None else loss + part
+            grads = list(got) if not grads else [a + b for a, b in zip(grads, got, strict=True)]
+        assert loss is not None
         for i, partial in enumerate(sequence_parallel_params(names)):
             if partial and not ps.has("sp_norm_grad_missing"):
                 # Strided groups, as if half the ranks were another data-parallel replica.
@@ -65,6 +90,8 @@ class TrainStep(nn.Module):
                 grads[i] = all_reduce_sum(grads[i], ps, groups)  # BUG-SITE: sp_norm_grad_wrong_group
                 if ps.has("sp_norm_grad_twice"):
                     grads[i] = all_reduce_sum(grads[i], ps)  # BUG-SITE: sp_norm_grad_twice
+        if self.optimizer == "adamw":
+            return (loss, *(self.adamw(p, g) for p, g in zip(params, grads, strict=True)))
         updated = [p - self.lr * g for p, g in zip(params, grads, strict=True)]  # BUG-SITE: sp_norm_grad_missing
         return (loss, *updated)
 
