@@ -1,6 +1,7 @@
 """Literal fuzzer: every HLO pair the test suites hold, with extreme values put into its constants.
 
     python bench/literal_fuzz.py [--sample N] [--seed S] [--pairs SUBSTRING] [--seconds T]
+                                 [--start I] [--stop J] [--max-seconds T]
 
 For each pair (a folder with baseline.hlo, distributed.hlo and relations.yaml anywhere under
 tests/, and the prefix-named pairs of tests/hlo_handwritten), each scalar constant of either
@@ -208,23 +209,34 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sample", type=int, default=None, help="run a seeded sample of N inputs")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--pairs", default="", help="only pairs whose name contains this")
+    ap.add_argument("--pairs", default="", help="only pairs whose name (suite/folder) matches this regex")
     ap.add_argument("--seconds", type=float, default=30.0, help="saturation budget per e-graph")
+    ap.add_argument("--start", type=int, default=0, help="first input (index in the run's order), to split a run")
+    ap.add_argument("--stop", type=int, default=None, help="stop before this input")
+    ap.add_argument("--max-seconds", type=float, default=None, help="stop after this long (the count line says how far it got)")
     args = ap.parse_args(argv)
-    chosen = [p for p in pairs() if args.pairs in p.name]
-    todo = select(list(cases(chosen)), args.sample, args.seed)
+    chosen = [p for p in pairs() if re.search(args.pairs, p.name)]
+    todo = select(list(cases(chosen)), args.sample, args.seed)[args.start : args.stop]
     t0 = time.perf_counter()
-    errors = 0
+    errors = done = 0
+    stopped = ""
     with tempfile.TemporaryDirectory(prefix="literal-fuzz-") as tmp:
-        for i, case in enumerate(todo, 1):
-            err = run_case(case, Path(tmp), args.seconds)
-            if err is not None:
-                errors += 1
-                print(f"INTERNAL ERROR {case.label()}\n  {err}", flush=True)
-            if i % 500 == 0:
-                print(f"... {i}/{len(todo)} inputs, {errors} internal errors, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+        try:
+            for i, case in enumerate(todo, 1):
+                if args.max_seconds is not None and time.perf_counter() - t0 > args.max_seconds:
+                    stopped = f" (of {len(todo)}: stopped at the time limit)"
+                    break
+                err = run_case(case, Path(tmp), args.seconds)
+                done = i
+                if err is not None:
+                    errors += 1
+                    print(f"INTERNAL ERROR {case.label()}\n  {err}", flush=True)
+                if i % 500 == 0:
+                    print(f"... {i}/{len(todo)} inputs, {errors} internal errors, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+        except KeyboardInterrupt:
+            stopped = f" (of {len(todo)}: interrupted)"
     print(f"{len(chosen)} pairs, {time.perf_counter() - t0:.0f} s")
-    print(f"{len(todo)} inputs, {errors} internal errors")
+    print(f"{done} inputs, {errors} internal errors{stopped}")
     return 1 if errors else 0
 
 

@@ -126,7 +126,15 @@ def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict
         w["status"] = "error"
         w["reason"] = f"the witness could not execute the pair: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:500]
         if result.verdict == DIVERGED:
-            result.reason += " (not confirmed numerically: the witness could not execute the pair)"
+            # The diverging instruction alone may still compile (the rest of the text holds
+            # what XLA:CPU refuses).
+            w["reason"] = "not executed: " + w["reason"][len("the witness could not execute the pair: "):]
+            _confirm_segments(result, spec, texts, options, w)
+            if w["status"] == "confirmed":
+                result.reason += f"; {w['reason']}"
+            else:
+                w["reason"] = "the witness could not execute the pair: " + w["reason"][len("not executed: "):]
+                result.reason += " (not confirmed numerically: the witness could not execute the pair)"
         w["seconds"] = round(time.perf_counter() - t0, 3)
         return result
     w["seeds"] = report.seeds

@@ -31,6 +31,7 @@ text only; the verifier always reads the text as written.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -292,7 +293,10 @@ def _cached(c: Any, text: str, n: int, devices: tuple[Any, ...], opts: Any) -> A
     path = folder / f"{key}.xla" if folder else None
     if path is not None and path.is_file():
         try:
-            return c.deserialize_executable(path.read_bytes(), x.xc.DeviceList(devices), opts)
+            exe = c.deserialize_executable(path.read_bytes(), x.xc.DeviceList(devices), opts)
+            with contextlib.suppress(OSError):
+                os.utime(path)
+            return exe
         except Exception:  # a stale or broken entry: compile again (and overwrite it)
             pass
     module = x.hlo.hlo_module_from_text(text)
@@ -305,9 +309,31 @@ def _cached(c: Any, text: str, n: int, devices: tuple[Any, ...], opts: Any) -> A
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             os.replace(tmp, path)
+            _prune_once(path.parent)
         except Exception:  # the cache is an optimisation only
             pass
     return exe
+
+
+CACHE_CAP_BYTES = 512 << 20
+
+
+@functools.cache
+def _prune_once(folder: Path) -> None:
+    """Keep the cache under CACHE_CAP_BYTES: the least recently used entries go (once per
+    process, at its first write; a hit refreshes an entry's time)."""
+    entries = []
+    for e in os.scandir(folder):
+        if e.name.endswith(".xla"):
+            st = e.stat()
+            entries.append((st.st_mtime, st.st_size, e.path))
+    total = sum(size for _, size, _ in entries)
+    for _, size, path in sorted(entries):
+        if total <= CACHE_CAP_BYTES:
+            break
+        with contextlib.suppress(OSError):
+            os.remove(path)
+            total -= size
 
 
 def execute(text: str, args: Sequence[Sequence[np.ndarray]], n: int) -> list[list[np.ndarray]]:
