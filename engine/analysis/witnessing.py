@@ -133,8 +133,12 @@ def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict
             if w["status"] == "confirmed":
                 result.reason += f"; {w['reason']}"
             else:
+                # No evidence either way: a frontier the witness cannot test is not a
+                # divergence (contract: `diverged` only with a witness), it is unproven.
                 w["reason"] = "the witness could not execute the pair: " + w["reason"][len("not executed: "):]
-                result.reason += " (not confirmed numerically: the witness could not execute the pair)"
+                _label(result, [], confirmed=False)
+                result.verdict = UNPROVEN
+                result.reason = f"not proven: {_stop(result)}; {w['reason']}"
         w["seconds"] = round(time.perf_counter() - t0, 3)
         return result
     w["seeds"] = report.seeds
@@ -165,17 +169,26 @@ def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict
             result.reason += f" (the witness finds the outputs different: {w['reason']})"
         return result
     w["status"] = "equal"
-    w["reason"] = f"every output numerically equal on {n} random input(s) at these shapes"
+    # "numerically equal" only when no seed showed a difference at all; a difference that
+    # vanished in the f64 recheck is said as such.
+    equal = f"numerically equal on {n} random inputs at these shapes" if not report.rounding else (
+        f"equal up to rounding on {n} random inputs at these shapes (seed(s) {report.rounding} differ as written but agree when recomputed in f64)")
+    w["reason"] = f"every output numerically equal on {n} random input(s) at these shapes" if not report.rounding else f"every output {equal}"
     if result.verdict == DIVERGED:
         _label(result, probes, confirmed=False)
-        first = result.divergences[0] if result.divergences else None
-        missing = "; ".join(f"output {o['index']} lacks {o['expected']} of {o['baseline']}" for o in result.outputs if not o.get("ok"))
-        stop = f"the rules stopped at {first['instruction']} ({first['opcode']}, {_where(first)}): {first['cause']}" if first else "the rules stopped"
         result.verdict = UNPROVEN
-        result.reason = f"not proven: {stop}; {missing}; numerically equal on {n} random inputs at these shapes"
+        result.reason = f"not proven: {_stop(result)}; {equal}"
     elif result.verdict in (UNSUPPORTED, INCONCLUSIVE):
-        result.reason += f" (numerically equal on {n} random inputs at these shapes)"
+        result.reason += f" ({equal})"
     return result
+
+
+def _stop(result: Result) -> str:
+    """Where the rules stopped (the first frontier entry) and the outputs left unproven."""
+    first = result.divergences[0] if result.divergences else None
+    missing = "; ".join(f"output {o['index']} lacks {o['expected']} of {o['baseline']}" for o in result.outputs if not o.get("ok"))
+    stop = f"the rules stopped at {first['instruction']} ({first['opcode']}, {_where(first)}): {first['cause']}" if first else "the rules stopped"
+    return f"{stop}; {missing}" if missing else stop
 
 
 def _label(result: Result, probes: list[Any], confirmed: bool) -> None:

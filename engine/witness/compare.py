@@ -70,6 +70,10 @@ class OutputCheck:
     _excess: float = dataclasses.field(default=-np.inf, repr=False)
     # The largest difference as a multiple of its element's tolerance (>1: not close).
     ratio: float = dataclasses.field(default=0.0, repr=False)
+    # Some element differs with a non-finite value on one side only (inf/NaN against a finite
+    # value, or infinities of opposite sign): an overflow, never rounding noise, so the f64
+    # recheck (where the overflow may not happen) must not excuse it.
+    nonfinite: bool = dataclasses.field(default=False, repr=False)
 
     @property
     def relation_text(self) -> str:
@@ -116,6 +120,8 @@ class OutputCheck:
             with np.errstate(invalid="ignore", over="ignore"):
                 diff = np.where(same, 0.0, np.abs(a - e))
             diff = np.where(np.isnan(diff), np.inf, diff)
+            if bool(((~same) & ~(np.isfinite(a) & np.isfinite(e))).any()):
+                self.nonfinite = True
             finite_e = np.abs(np.where(np.isfinite(e), e, 0.0))
             rel = diff / np.maximum(finite_e, max(self.atol, np.finfo(np.float64).tiny))
             allowed = self.atol + self.rtol * finite_e

@@ -3,7 +3,10 @@
 A seed whose outputs differ beyond the tolerances is rechecked with every f32 value of both
 programs computed in f64 (f16 and bf16 stay: a deliberate rounding through them is part of
 the program), on the same inputs, with the original dtype's tolerances. A difference that vanishes
-there is rounding noise of two summation orders, not a witness of a bug.
+there is rounding noise of two summation orders, not a witness of a bug. Never rechecked (the
+difference stands): an element that is inf/NaN on one side only (an overflow, not rounding), and
+a pair whose programs write different kinds of lossy converts (``lossy_converts``: f64->f32,
+s32->f32, f32->s32, ...), or any f64->f32 convert, which widening would erase.
 
 Probes (numeric localization): inner instructions of both programs returned as extra outputs
 of copies of the programs and compared under candidate relations (duplicate, partial sum, or
@@ -172,7 +175,48 @@ def _widenable(*texts: str) -> bool:
         for m in _CONVERT.finditer(t):
             if m.group(1) is None or types.get(m.group(1)) == "f64":
                 return False
-    return True
+    return len({frozenset(lossy_converts(t)) for t in texts}) <= 1
+
+
+# Lossy converts (src -> dst types where dst cannot hold every src value): a rounding (or a
+# truncation, or a wrap) the program writes on purpose. The recheck widens f32 to f64, which
+# turns an s32 -> f32 or f32 -> s32 hop into an exact one (ids past 2^24 keep their odd
+# values), so it may excuse a difference only when both programs write the same kinds of
+# lossy converts: then the same roundings disappear on both sides; otherwise the difference
+# stands. (f16/bf16 stay at their written type anyway.)
+_CONVERT_ANY = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*([a-z][a-z0-9]*)\[[^\n]*?\sconvert\((?:([a-z][a-z0-9]*)\[[^\]]*\](?:\{[^}]*\})?\s+)?%?([\w.\-]+)\)", re.MULTILINE)
+# (significand bits with the implicit one, exponent bits) of each float; value bits and
+# signedness of each integer.
+_FLOAT_BITS = {"f64": (53, 11), "f32": (24, 8), "f16": (11, 5), "bf16": (8, 8)}
+_INT_BITS = {"pred": (1, False), "s4": (3, True), "s8": (7, True), "s16": (15, True), "s32": (31, True), "s64": (63, True),
+             "u4": (4, False), "u8": (8, False), "u16": (16, False), "u32": (32, False), "u64": (64, False)}
+
+
+def convert_is_exact(src: str, dst: str) -> bool:
+    """Every value of ``src`` converts to ``dst`` exactly (unknown types: not exact)."""
+    if src == dst or src == "pred":
+        return True
+    if src in _FLOAT_BITS and dst in _FLOAT_BITS:
+        return _FLOAT_BITS[dst][0] >= _FLOAT_BITS[src][0] and _FLOAT_BITS[dst][1] >= _FLOAT_BITS[src][1]
+    if src in _INT_BITS and dst in _FLOAT_BITS:
+        return _INT_BITS[src][0] <= _FLOAT_BITS[dst][0]
+    if src in _INT_BITS and dst in _INT_BITS and dst != "pred":
+        (sb, ss), (db, ds) = _INT_BITS[src], _INT_BITS[dst]
+        return sb <= db and (ds or not ss)
+    return False
+
+
+def lossy_converts(text: str) -> set[tuple[str, str]]:
+    """The (src, dst) kinds of the lossy converts of ``text`` (src "?" when not known)."""
+    if " convert(" not in text:
+        return set()
+    types = dict(_DEF_TYPE.findall(text))
+    kinds = set()
+    for m in _CONVERT_ANY.finditer(text):
+        dst, src = m.group(1), m.group(2) or types.get(m.group(3), "?")
+        if not convert_is_exact(src, dst):
+            kinds.add((src, dst))
+    return kinds
 
 
 def _wide_args(args: list[np.ndarray], prog: runtime.Program) -> list[np.ndarray]:
@@ -299,16 +343,18 @@ def witness(baseline_hlo: str, distributed_hlo: str, relations: dict[str, Any], 
         # with the outputs only (a recheck compiles both programs again); with every output
         # equal, a probe that differs by less than RECHECK_RATIO x its tolerance is left
         # untested (rounding not excluded) rather than called different.
-        uncertain = {i for i in probe_bad if pchecks[i].ratio < RECHECK_RATIO}  # type: ignore[union-attr]
+        uncertain = {i for i in probe_bad if pchecks[i].ratio < RECHECK_RATIO and not pchecks[i].nonfinite}  # type: ignore[union-attr]
         if out_bad and options.recheck_f64:
             uncertain = set()
             wide = _recheck(base, dist, base_text, dist_text, base_args, dist_args, entries, probes, slots, groups, checks, pchecks, len(base0.results), len(dist0.results))
             if wide is not None:
                 wchecks, wpchecks = wide
-                if out_bad and not any(not wchecks[k].allclose for k in out_bad):
+                # An overflow to inf/NaN on one side only is never rounding noise.
+                still = [k for k in out_bad if checks[k].nonfinite or not wchecks[k].allclose]
+                if not still:
                     report.rounding.append(seed)
-                out_bad = [k for k in out_bad if not wchecks[k].allclose]
-                probe_bad = [i for i in probe_bad if wpchecks.get(i) is not None and not wpchecks[i].allclose]  # type: ignore[union-attr]
+                out_bad = still
+                probe_bad = [i for i in probe_bad if pchecks[i].nonfinite or (wpchecks.get(i) is not None and not wpchecks[i].allclose)]  # type: ignore[union-attr]
         for i, chk in pchecks.items():
             probes[i].trials += 1
             if chk is None:
@@ -419,11 +465,11 @@ def instruction_differs(baseline_hlo: str, distributed_hlo: str, relations: dict
             return None
         if chk.allclose:
             continue
-        if options.recheck_f64:
+        if options.recheck_f64 and not chk.nonfinite:  # an overflow on one side: never rounding
             wide = None
             try:
                 if not _widenable(base.text, dist.text):
-                    raise ValueError("a convert f64 -> f32: no recheck")
+                    raise ValueError("a convert f64 -> f32, or lossy converts one side lacks: no recheck")
                 wb, wd = runtime.read(_widen(base.text)), runtime.read(_widen(dist.text))
                 wrun = _execute(wb, wd, _wide_args(base_args, wb), [_wide_args(a, wd) for a in dist_args])
                 wide = _probe_checks(wrun, [probe], {0: (0, 0)}, groups, {0: default_tol(np.dtype(chk.dtype))})[0]

@@ -152,14 +152,12 @@ def train_step(ctx: BuildContext) -> Model:
     cfg = _llama_config(ctx)
     lr = ctx.knob("lr", 0.01)
     optimizer, micro_batches = ctx.knob("optimizer", "sgd"), ctx.knob("micro_batches", 1)
-    scale = ctx.knob("loss_scale", 0.0)  # > 0: bf16 mixed precision with this loss scale
-    loss_scale = scale if scale > 0 else None
-    baseline = TrainStep(cfg, Parallel(), lr, optimizer, micro_batches, loss_scale)
+    baseline = TrainStep(cfg, Parallel(), lr, optimizer, micro_batches)
     names = [name for name, _ in baseline.named_parameters()]
     shape = (cfg.seq, cfg.batch, cfg.hidden)
     return Model(
         baseline=baseline,
-        distributed=lambda rank: TrainStep(cfg, Parallel(ctx.tp, rank, ctx.groups, True, bug), lr, optimizer, micro_batches, loss_scale),
+        distributed=lambda rank: TrainStep(cfg, Parallel(ctx.tp, rank, ctx.groups, True, bug), lr, optimizer, micro_batches),
         inputs=[Input("x", shape, shard=0), Input("target", shape, shard=0)],
         plan=llama_plan(cfg, ctx.tp, prefix="model.") | {"model.norm": "sequence_parallel"},
         outputs=["replicate", *({"like": name} for name in names)],

@@ -51,7 +51,7 @@ class TrainStep(nn.Module):
     estimates, bias-corrected, decoupled weight decay).
     """
 
-    def __init__(self, cfg: LlamaConfig, ps: Parallel, lr: float = 0.01, optimizer: str = "sgd", micro_batches: int = 1, loss_scale: float | None = None) -> None:
+    def __init__(self, cfg: LlamaConfig, ps: Parallel, lr: float = 0.01, optimizer: str = "sgd", micro_batches: int = 1) -> None:
         super().__init__()
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer {optimizer!r}: expected one of {', '.join(OPTIMIZERS)}")
@@ -59,12 +59,6 @@ class TrainStep(nn.Module):
             raise ValueError(f"micro_batches {micro_batches} does not divide the batch ({cfg.batch})")
         self.ps, self.lr, self.optimizer, self.micro_batches = ps, lr, optimizer, micro_batches
         self.model = DecoderStack(cfg, ps)
-        # Mixed precision: bf16 parameters and activations, the loss scaled before the backward,
-        # the gradients unscaled and the update computed in fp32 (the master copy), the new
-        # parameters rounded back to bf16.
-        self.loss_scale = loss_scale
-        if loss_scale is not None:
-            self.model.to(torch.bfloat16)
 
     def adamw(self, p: Tensor, g: Tensor, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, wd: float = 0.01) -> Tensor:
         m = (1 - b1) * g  # the moments start at zero
@@ -82,13 +76,10 @@ class TrainStep(nn.Module):
         pieces = zip(x.chunk(self.micro_batches, 1), target.chunk(self.micro_batches, 1), strict=True) if self.micro_batches > 1 else [(x, target)]
         loss: Tensor | None = None
         grads: list[Tensor] = []
-        dtype = params[0].dtype
         for xs, ts in pieces:
-            out = self.model(xs.to(dtype), cos.to(dtype), sin.to(dtype))
-            part = reduce_from_region(((out - ts.to(dtype)) ** 2).sum(), ps)  # this rank's tokens, summed over ranks
-            got = torch.autograd.grad(part if self.loss_scale is None else part * self.loss_scale, params)
-            if self.loss_scale is not None:
-                got = tuple(g.float() / self.loss_scale for g in got)
+            out = self.model(xs, cos, sin)
+            part = reduce_from_region(((out - ts) ** 2).sum(), ps)  # this rank's tokens, summed over ranks
+            got = torch.autograd.grad(part, params)
             loss = part if loss is None else loss + part
             grads = list(got) if not grads else [a + b for a, b in zip(grads, got, strict=True)]
         assert loss is not None
@@ -99,10 +90,6 @@ class TrainStep(nn.Module):
                 grads[i] = all_reduce_sum(grads[i], ps, groups)  # BUG-SITE: sp_norm_grad_wrong_group
                 if ps.has("sp_norm_grad_twice"):
                     grads[i] = all_reduce_sum(grads[i], ps)  # BUG-SITE: sp_norm_grad_twice
-        if self.loss_scale is not None:  # fp32 master copy of the bf16 parameters
-            master = [p.float() for p in params]
-            new = [self.adamw(p, g) if self.optimizer == "adamw" else p - self.lr * g for p, g in zip(master, grads, strict=True)]
-            return (loss.float(), *(p.to(dtype) for p in new))
         if self.optimizer == "adamw":
             return (loss, *(self.adamw(p, g) for p, g in zip(params, grads, strict=True)))
         updated = [p - self.lr * g for p, g in zip(params, grads, strict=True)]  # BUG-SITE: sp_norm_grad_missing
