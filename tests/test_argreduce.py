@@ -88,3 +88,36 @@ def test_other_comparators_stay_unsupported(pattern: str, repl: str) -> None:
     result = verify(parse_relations(relations, "relations.yaml"), parse_hlo(mb), parse_hlo(md))
     assert result.verdict == "unsupported", result.reason
     assert "argmax/argmin" in result.reason or any("argmax/argmin" in u["reason"] for u in result.unsupported)
+
+
+# A row max (an `extof` of argreduce.egg) holds of any tensor; it counts as related for
+# localization only where the tensor is sharded along the reduced dim (the vocab-parallel case).
+# Here the sum over ranks is missing, so the softmax-like max after it reads a partial sum: only
+# the first instruction past the missing all-reduce is reported, not the broadcast of the max
+# (the 126-layer stack reported every later layer's softmax broadcast that way).
+_SOFTMAX_BASE = """HloModule b
+%max (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %m = f32[] maximum(%a, %b)
+}
+ENTRY %e (x: f32[4,8], w: f32[8,8]) -> f32[4,8] {
+  %x = f32[4,8] parameter(0)
+  %w = f32[8,8] parameter(1)
+  %h = f32[4,8] dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %s = f32[4,8] tanh(%h)
+  %ninf = f32[] constant(-inf)
+  %rmax = f32[4] reduce(%s, %ninf), dimensions={1}, to_apply=%max
+  %bmax = f32[4,8] broadcast(%rmax), dimensions={0}
+  ROOT %z = f32[4,8] subtract(%s, %bmax)
+}
+"""
+
+
+def test_a_row_max_after_a_divergence_is_not_a_frontier_of_its_own() -> None:
+    distributed = _SOFTMAX_BASE.replace("f32[4,8] parameter(0)", "f32[4,4] parameter(0)").replace("(x: f32[4,8], w: f32[8,8])", "(x: f32[4,4], w: f32[4,8])").replace("%w = f32[8,8]", "%w = f32[4,8]")
+    relations = {"groups": [[0, 1]], "inputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 1}, {"baseline": 1, "distributed": 1, "relation": "sharded", "dim": 0}],
+                 "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    result = verify(parse_relations(relations, "relations.yaml"), parse_hlo(_SOFTMAX_BASE, "baseline.hlo"), parse_hlo(distributed, "distributed.hlo"))
+    assert result.verdict == "diverged"
+    assert [d["instruction"] for d in result.divergences] == ["%s"], result.divergences

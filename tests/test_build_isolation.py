@@ -111,7 +111,9 @@ def test_cli_run_prints_a_table_and_exits_2_on_a_failed_build(tmp_path: Path) ->
     rows = {line.split()[0]: line for line in lines[1:4]}
     assert rows["broken_entry"].split()[1] == "build-failed" and "models[2].entry: cannot import" in rows["broken_entry"]
     assert rows["good"].split()[1:3] == ["verified", "yes"]
-    assert rows["bug"].split()[1:3] == ["diverged", "yes"] and rows["bug"].endswith("tests/frontend_project/models.py:29")
+    # The first divergence's line, then what the numeric witness made of it (a real bug: confirmed).
+    assert rows["bug"].split()[1:3] == ["diverged", "yes"] and rows["bug"].endswith("tests/frontend_project/models.py:29  [witness confirmed]")
+    assert "[witness" not in rows["good"]  # a verified model is not executed (witness: auto)
     assert "3 model(s): 1 build-failed, 1 diverged, 1 verified; 2 as expected; NOT as expected: broken_entry" in proc.stdout
     doc = json.loads((tmp_path / "result.json").read_text())
     assert json.loads((tmp_path / "copy.json").read_text()) == doc

@@ -218,3 +218,106 @@ def test_a_round_trip_through_f32_is_not_rounding_noise() -> None:
     rel = {"groups": [[0, 1]], "inputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}], "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
     report = witness(base, dist, rel)
     assert not report.equal and report.rounding == [], report.summary()
+
+
+ADVERSARIAL = TESTS / "adversarial" / "pairs"
+
+
+def _adversarial(name: str) -> Result:
+    d = ADVERSARIAL / name
+    return check_files(load_relations(d / "relations.yaml"), d / "baseline.hlo", d / "distributed.hlo")
+
+
+def test_an_overflow_on_one_side_is_never_rounding_noise() -> None:
+    """(x·1e30)² / (x·1e30) / 1e30 is x in real arithmetic and in f64, but overflows to inf in
+    f32: the recheck would make it vanish. A value non-finite on one side only is never rounding
+    (the torch pair: a softmax without the max subtracted, exp overflows, the output is NaN)."""
+    base = "HloModule b\nENTRY e {\n  x = f32[8]{0} parameter(0)\n  n = f32[8]{0} negate(x)\n  ROOT y = f32[8]{0} negate(n)\n}\n"
+    dist = ("HloModule d\nENTRY e {\n  x = f32[8]{0} parameter(0)\n  c = f32[] constant(1e+30)\n  cb = f32[8]{0} broadcast(c), dimensions={}\n"
+            "  big = f32[8]{0} multiply(x, cb)\n  sq = f32[8]{0} multiply(big, big)\n  back = f32[8]{0} divide(sq, big)\n  ROOT z = f32[8]{0} divide(back, cb)\n}\n")
+    rel = {"groups": [[0, 1]], "inputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}], "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    report = witness(base, dist, rel)
+    assert not report.equal and report.rounding == [], report.summary()
+    r = _adversarial("b_softmax_no_max_subtraction")
+    assert r.verdict == "diverged" and r.witness is not None and r.witness["status"] == "confirmed", r.reason
+
+
+def test_lossy_converts_one_side_lacks_are_never_rechecked() -> None:
+    """s32 ids past 2^24 through f32 and back lose their odd values; widened to f64 they would
+    not. The programs write different lossy converts, so the difference stands, and the reason
+    never says "numerically equal"."""
+    from shardproof.engine.witness.pair import convert_is_exact, lossy_converts
+
+    assert not convert_is_exact("s32", "f32") and not convert_is_exact("f64", "f32") and not convert_is_exact("f32", "s32")
+    assert convert_is_exact("f16", "f32") and convert_is_exact("s16", "f32") and convert_is_exact("u8", "s16") and not convert_is_exact("s8", "u16")
+    d = ADVERSARIAL / "b_hlo_s32_ids_through_f32"
+    base, dist = (d / "baseline.hlo").read_text(), (d / "distributed.hlo").read_text()
+    assert lossy_converts(runtime.read(dist).text) == {("s32", "f32"), ("f32", "s32")} and not lossy_converts(runtime.read(base).text)
+    r = _adversarial("b_hlo_s32_ids_through_f32")
+    assert r.witness is not None and r.witness["status"] == "confirmed" and r.witness.get("rounding_seeds") is None
+    assert "numerically equal" not in r.reason and "the witness finds the outputs different" in r.reason
+
+
+def test_a_compiled_jax_module_is_executed_flattened() -> None:
+    """jax.jit(...).compile().as_text(): fusions, layouts and bitcasts XLA refuses (or aborts on)
+    when compiling the text again. The witness executes the flattened re-printing instead."""
+    from shardproof.engine.witness.flat import flat_text, looks_compiled
+
+    # The device id stays an instruction (the analysis's flatten makes it a parameter).
+    text = (ADVERSARIAL / "c_jaxc_rope_axis_index_positions" / "distributed.hlo").read_text()
+    flat = flat_text(text)
+    assert looks_compiled(text) and not looks_compiled(flat) and " fusion(" not in flat
+    assert "partition-id()" in flat and runtime.read(flat).params == runtime.read(text).params
+    runtime.compile(runtime.read(flat).text, 4)
+    bug = _adversarial("b_jaxc_layernorm_pmean_of_vars")  # XLA's CPU emitter aborted on it
+    assert bug.verdict == "diverged" and bug.witness is not None and bug.witness["status"] == "confirmed", bug.reason
+    ok = _adversarial("c_jaxc_heads_attention")  # a rule gap of a correct compiled pair
+    assert ok.verdict == "unproven" and ok.witness is not None and ok.witness["status"] == "equal", ok.reason
+
+
+def test_a_frontier_the_witness_cannot_execute_is_unproven_not_diverged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No evidence, no `diverged`: when XLA cannot execute the pair (nor the diverging
+    instruction alone), the frontier is reported as unproven with the witness's reason. A worker
+    that dies is retried once on the flattened texts."""
+    from shardproof.engine.witness import service
+
+    calls: list[tuple[str, Any]] = []
+
+    def refuse(name: str, *args: Any, **kwargs: Any) -> Any:
+        calls.append((name, args[3] if name == "pair.witness" else None))
+        if name == "pair.witness" and args[3].flatten == "auto":
+            raise service.WitnessCrashed("XLA's CPU runtime died (exit code -6): Check failed: has_layout()")
+        raise RuntimeError("JaxRuntimeError: UNIMPLEMENTED: no CPU kernel for this op")
+
+    monkeypatch.setattr(service, "call", refuse)
+    r = _check(PAIRS / "bug_missing_allreduce")
+    assert r.verdict == "unproven", r.reason
+    assert "the rules stopped at %" in r.reason and "the witness could not execute the pair: RuntimeError" in r.reason
+    assert r.witness is not None and r.witness["status"] == "error"
+    assert [c[1].flatten for c in calls if c[0] == "pair.witness"] == ["auto", "always"]
+
+
+def test_the_reproducing_command_names_no_machine_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from shardproof.engine.analysis.witnessing import command
+
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    (tmp_path / "repo" / "pair").mkdir()
+    monkeypatch.chdir(tmp_path)
+    paths = {"baseline": str(tmp_path / "repo" / "pair" / "b.hlo"), "distributed": "pair/d.hlo"}
+    assert command(paths, str(tmp_path / "repo" / "pair" / "r.yaml"), 1) == "shardproof witness repo/pair/b.hlo pair/d.hlo --relations repo/pair/r.yaml --seed 1"
+    monkeypatch.chdir(tmp_path / "repo" / "pair")  # outside the cwd: relative to the repository root
+    other = str(tmp_path / "repo" / "x y" / "b.hlo")
+    assert command({"baseline": other, "distributed": other}, "r.yaml", 0) == "shardproof witness 'x y/b.hlo' 'x y/b.hlo' --relations r.yaml --seed 0"
+
+
+def test_an_xla_abort_kills_only_the_worker() -> None:
+    """Executed as written, a compiled module makes XLA's CPU emitter abort (a fatal CHECK):
+    the worker dies, the caller gets WitnessCrashed, and the next call runs in a fresh worker."""
+    from shardproof.engine.witness.service import WitnessCrashed, call
+
+    d = ADVERSARIAL / "b_jaxc_layernorm_pmean_of_vars"
+    texts, rel = _texts(d)[:2], _texts(d)[2]
+    with pytest.raises(WitnessCrashed, match="has_layout"):
+        call("pair.witness", *texts, rel, WitnessOptions(flatten="never"))
+    report = call("pair.witness", *texts, rel, WitnessOptions())
+    assert not report.equal and report.seed is not None

@@ -98,12 +98,24 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
         add(x, z, f"sum of local blocks {{{','.join(blocks)}}} of {n} along dim {d}")
     # Intermediates of the vocab-parallel argmax (rules/argreduce.egg) count as related for
     # localization; only the all-reduce(min) that discharges them relates to the baseline.
-    for xp, _x, d, op, n in tables["argpair"]:
-        add_dist_only(xp, f"(arg{op}, index) of the rank's values along dim {d} ({n} of them)", "argreduce/argpair")
-    for xp, _x, d, op in tables["extof"]:
-        add_dist_only(xp, f"{op} of the rank's values along dim {d}", "argreduce/extreme")
-    for xp, _x, d, op, n, _t in tables["argix"]:
-        add_dist_only(xp, f"arg{op} along dim {d} within the rank's {n} values", "argreduce/local-index")
+    # argpair/extof/argix hold of ANY tensor (a softmax's row max is an extof): they count only
+    # when the tensor reduced is sharded along the reduced dim (the vocab-parallel case, where a
+    # later all-reduce makes them relate), else every softmax after a divergence (its scores
+    # unrelated, or a partial sum) would be reported as a frontier of its own.
+    sharded_along = {(cls_of_value[xp], int(d)) for _x, xp, d, _s in tables["sharded"] if xp in cls_of_value}  # type: ignore[call-overload]
+
+    def vocab_parallel(x: object, d: object) -> bool:
+        return x in cls_of_value and (cls_of_value[x], int(d)) in sharded_along  # type: ignore[call-overload]
+
+    for xp, x, d, op, n in tables["argpair"]:
+        if vocab_parallel(x, d):
+            add_dist_only(xp, f"(arg{op}, index) of the rank's values along dim {d} ({n} of them)", "argreduce/argpair")
+    for xp, x, d, op in tables["extof"]:
+        if vocab_parallel(x, d):
+            add_dist_only(xp, f"{op} of the rank's values along dim {d}", "argreduce/extreme")
+    for xp, x, d, op, n, _t in tables["argix"]:
+        if vocab_parallel(x, d):
+            add_dist_only(xp, f"arg{op} along dim {d} within the rank's {n} values", "argreduce/local-index")
     for xp, _x, d, op in tables["gext"]:
         add_dist_only(xp, f"{op} along dim {d} over all ranks", "argreduce/global-extreme")
     for xp, _x, d, op, n, _t in tables["gix"]:

@@ -9,6 +9,10 @@
 - A pair above the memory budget is not executed: ``diverged``, ``unconfirmed``. Each diverging
   instruction is then cut out alone, its operands parameters seeded with their proven relations
   (from the run's facts), and executed: a difference there confirms the verdict at that line.
+- A pair XLA:CPU cannot execute at all (nor its diverging instructions alone): no evidence, so
+  not ``diverged`` but ``unproven``, naming where the rules stopped and why the witness could
+  not run. (Compiled modules are executed flattened, engine.witness.flat; a worker killed by an
+  XLA abort is retried once on the flattened texts.)
 - ``--witness always``: a verified pair is executed too; a difference is a soundness error of
   the tool (verdict ``error``), never a pass.
 """
@@ -16,9 +20,11 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import shlex
 import time
+from pathlib import Path
 from typing import Any
 
 from ..relations import RelationSpec
@@ -53,7 +59,28 @@ def relations_doc(spec: RelationSpec) -> dict[str, Any]:
 
 
 def command(paths: dict[str, str], relations: str, seed: int) -> str:
-    return " ".join(["shardproof", "witness", shlex.quote(paths["baseline"]), shlex.quote(paths["distributed"]), "--relations", shlex.quote(relations), "--seed", str(seed)])
+    """The shell command that reproduces the witness. It ends up in PR comments, so a file under
+    the current directory is named relative to it (else relative to its repository's root,
+    the folder holding ``.git``): no path of the machine that ran the check."""
+    names = [_portable(p) for p in (paths["baseline"], paths["distributed"], relations)]
+    return " ".join(["shardproof", "witness", shlex.quote(names[0]), shlex.quote(names[1]), "--relations", shlex.quote(names[2]), "--seed", str(seed)])
+
+
+def _portable(path: str) -> str:
+    if not os.path.isabs(path):
+        return path
+    p = Path(path)
+    try:
+        full = p.resolve()
+    except OSError:
+        return path
+    cwd = Path.cwd().resolve()
+    if full.is_relative_to(cwd):
+        return full.relative_to(cwd).as_posix()
+    for root in full.parents:
+        if (root / ".git").exists():
+            return full.relative_to(root).as_posix()
+    return path
 
 
 def _counterpart(d: dict[str, Any]) -> str | None:
@@ -98,7 +125,7 @@ def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict
     if result.verdict == VERIFIED and mode != "always":
         return result
     from ..witness.pair import MemoryBudgetError, Probe, WitnessOptions
-    from ..witness.service import call
+    from ..witness.service import WitnessCrashed, call
 
     options = options or WitnessOptions()
     if result.verdict == DIVERGED:  # a difference is likely: compile the f64 recheck up front
@@ -112,7 +139,14 @@ def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict
     result.witness = w
     try:
         # In a worker process: XLA aborts the process on some texts it cannot compile.
-        report = call("pair.witness", texts["baseline"], texts["distributed"], doc, options, probes)
+        try:
+            report = call("pair.witness", texts["baseline"], texts["distributed"], doc, options, probes)
+        except WitnessCrashed:
+            if options.flatten != "auto":
+                raise
+            # Once more on the flattened re-printing of both texts (engine.witness.flat), which
+            # has none of the fusions or layouts XLA's CPU emitter aborts on.
+            report = call("pair.witness", texts["baseline"], texts["distributed"], doc, dataclasses.replace(options, flatten="always"), probes)
         probes = report.probes
     except MemoryBudgetError as e:
         w["status"] = "unconfirmed" if result.verdict == DIVERGED else "skipped"

@@ -21,6 +21,7 @@ import copy
 from dataclasses import replace
 
 from ..ir import Computation, Instruction, Module, Shape
+from .batchnorm import expand_batch_norms
 from .flavours import flatten
 
 REDUCER_OPS = {
@@ -280,7 +281,7 @@ def dce(comp: Computation) -> Computation:
 def normalize(module: Module, tokens: frozenset[str] = frozenset()) -> Module:
     """Return a new module whose entry computation went through every pass; ``tokens`` names
     the parameters that carry torch-xla's collective token."""
-    module = flatten(module)  # calls, fusions, loops and device ids first (hlo.flavours)
+    module = expand_batch_norms(flatten(module))  # flattened (hlo.flavours), then batch-norms as plain ops (hlo.batchnorm)
     module = copy.copy(module)
     module.computations = dict(module.computations)
     entry = module.entry

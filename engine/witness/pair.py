@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from . import runtime
+from . import flat, runtime
 from .compare import OutputCheck, check_output, default_tol
 from .inputs import groups_of, make_inputs
 from .segment import with_outputs
@@ -47,6 +47,11 @@ class WitnessOptions:
     # Compile the f64 programs of the recheck up front, alongside the others (worth it where a
     # difference is likely: a pair the rules did not prove).
     prefetch_recheck: bool = False
+    # Execute the flattened re-printing of both programs (witness.flat) instead of the texts as
+    # written: "auto" does for a text that looks compiled (fusions, bitcasts) and whenever XLA
+    # refuses a text as written; "always" for every text (after a worker died on a text);
+    # "never": the texts as written only.
+    flatten: str = "auto"
 
 
 @dataclasses.dataclass
@@ -296,8 +301,35 @@ def run_pair(baseline_hlo: str, distributed_hlo: str, relations: dict[str, Any],
 
 def witness(baseline_hlo: str, distributed_hlo: str, relations: dict[str, Any], options: WitnessOptions | None = None, probes: list[Probe] | None = None) -> PairReport:
     """Execute the pair on ``options.seeds`` (stopping at the first seed whose outputs really
-    differ, unless told otherwise) and compare every output under its relation."""
+    differ, unless told otherwise) and compare every output under its relation. A text XLA
+    refuses as written (a compiled module) is executed flattened (witness.flat)."""
     options = options or WitnessOptions()
+    if options.flatten == "never":
+        return _witness(baseline_hlo, distributed_hlo, relations, options, probes)
+    fresh = [dataclasses.replace(p) for p in probes or []]
+    always = options.flatten == "always"
+    try:
+        texts = (flat.executable(baseline_hlo, always), flat.executable(distributed_hlo, always))
+    except Exception:  # not a module the flattener reads: XLA may still read it as written
+        texts = (baseline_hlo, distributed_hlo)
+    try:
+        return _witness(*texts, relations, options, probes)
+    except MemoryBudgetError:
+        raise
+    except Exception as first:
+        try:
+            flat_texts = (flat.flat_text(baseline_hlo), flat.flat_text(distributed_hlo))
+        except Exception:
+            raise first from None
+        if flat_texts == texts:
+            raise
+        try:
+            return _witness(*flat_texts, relations, options, fresh)
+        except Exception:
+            raise first from None
+
+
+def _witness(baseline_hlo: str, distributed_hlo: str, relations: dict[str, Any], options: WitnessOptions, probes: list[Probe] | None) -> PairReport:
     probes = list(probes or [])
     t0 = time.perf_counter()
     groups = groups_of(relations)
@@ -453,7 +485,11 @@ def instruction_differs(baseline_hlo: str, distributed_hlo: str, relations: dict
     need = estimate_bytes(baseline_hlo, distributed_hlo, n)
     if need > options.memory_mb * 2**20:
         raise MemoryBudgetError(need, options.memory_mb)
-    base, dist = runtime.read(baseline_hlo), runtime.read(distributed_hlo)
+    if options.flatten == "never":
+        base, dist = runtime.read(baseline_hlo), runtime.read(distributed_hlo)
+    else:
+        always = options.flatten == "always"
+        base, dist = runtime.read(flat.executable(baseline_hlo, always)), runtime.read(flat.executable(distributed_hlo, always))
     probe = Probe("segment", "segment")
     trials = 0
     for seed in options.seeds:

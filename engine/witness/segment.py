@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import re
 
+from . import flat
 from .runtime import canonical
 
 _HEADER = re.compile(r"^HloModule\s+([^\s,]+)")
@@ -108,7 +109,8 @@ def with_outputs(text: str, names: list[str]) -> tuple[str, list[str]]:
 def cut_instruction(text: str, name: str) -> tuple[str, list[str]]:
     """A program computing only instruction ``name`` of the entry, each distinct operand a
     parameter (numbered in order of first use); returns it and the operand names."""
-    canon = canonical(text)
+    # A compiled module's frontier names instructions of its flattened form (fusions inlined).
+    canon = canonical(flat.executable(text))
     e = _entry(canon)
     if name not in e.at:
         raise KeyError(f"no instruction %{name} in the entry")
