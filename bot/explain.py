@@ -512,6 +512,27 @@ def tell(f: Any, src: Sources, frames_of: Any, repo: Any) -> Story:
     outs = [int(i) for i in d.get("outputs") or []]
     st.witness, st.reproduce = witness_line(f.witness, outs, f.is_gap)
     if st.reproduce:
-        # The runner names files by absolute path; in the workspace they read relative.
-        st.reproduce = st.reproduce.replace(str(src.root) + "/", "")
+        st.reproduce = portable_command(st.reproduce, src.root)
     return st
+
+
+# The report folder as the action uploads it (its `out` input's default); a reproducing command
+# names the model's artifacts inside it, whatever machine or shard wrote them.
+REPORT_FOLDER = "shardproof-report"
+_ARTIFACTS = ("baseline.hlo", "distributed.hlo", "relations.yaml", "sourcemap.json", "baseline.sourcemap.json")
+
+
+def portable_command(cmd: str, root: Path) -> str:
+    """``cmd`` with no path of the machine that ran it: files in the workspace read relative to
+    it, a model's artifacts (an absolute ``.../<model>/<artifact>``) read inside the report
+    folder, so the same finding reads the same from one run or from merged shards."""
+    words = []
+    for w in cmd.split(" "):
+        if w.startswith("/"):
+            p = Path(w)
+            if p.is_relative_to(root):
+                w = p.relative_to(root).as_posix()
+            elif p.name in _ARTIFACTS and len(p.parts) >= 3:
+                w = f"{REPORT_FOLDER}/{p.parent.name}/{p.name}"
+        words.append(w)
+    return " ".join(words)

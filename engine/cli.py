@@ -13,9 +13,13 @@ EXIT = {"verified": 0, "diverged": 1, "unproven": 2, "unsupported": 2, "inconclu
 EXIT_BAD_INPUT = 3
 EXIT_CODES = """exit codes:
   0  verified        every output has its expected relation (proven by the rules)
-  1  diverged        an output lacks its relation and the divergence is localized
+  1  diverged        the programs compute different things: the rules stop at the
+                     divergence and XLA's CPU runtime shows differing outputs (a pair
+                     too big to execute: `unconfirmed`, the diverging instruction run alone)
   2  unproven, unsupported, inconclusive
-                     no proof either way (`run`: also a model that failed to build)
+                     no proof either way: the rules stopped but the witness found the
+                     outputs equal (unproven), an op without rules, or a budget ran out
+                     (`run`: also a model that failed to build; `rank-specific` is 1)
   3  bad input       a file, flag or configuration is wrong; the message says where
   4  internal error  shardproof itself crashed: a bug in shardproof, not in your program"""
 
