@@ -24,7 +24,7 @@ from .ops import (
 )
 from .ranges import Ranges, fits_int
 from .signature import Sig, make_sig
-from .tables import GroupTables, Tables, custom_call_problem
+from .tables import GroupTables, Tables, custom_call_problem, merged_blocks
 
 POINTWISE = UNARY_POINTWISE | BINARY_POINTWISE | TERNARY_POINTWISE
 
@@ -123,6 +123,13 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
     rows["kind-plain"].append(("dup",))
     rows["kind-p"] = [(f"p:{op}", op) for op in ("add", "max", "min")]
     block_specs = {b.relation.blocks for b in spec.inputs if b.relation.blocks}
+    # Fused dims made by merging a duplicate dim with a sharded one (rules/partition.egg,
+    # merge-blocks): constants broadcast into them need the same block spec.
+    for ins in baseline.entry.instructions:
+        if ins.opcode == "reshape" and ins.operands:
+            src = baseline.entry.get(ins.operands[0])
+            if src is not None:
+                block_specs.update(b for _d, _e, b in merged_blocks(tuple(src.shape.dims), tuple(ins.shape.dims), spec.c))
     list_id = [0]
 
     def new_list(items: list[int]) -> int:

@@ -28,6 +28,11 @@ group size ``c``, computed here once per distinct signature and loaded as TSV ta
                              lists the block sizes); kp takes that block's per-rank part.
 ``padblock(k, d, spec, kp)`` pad k puts its operand exactly at one block of the fused dim
                              d; kp puts that block's per-rank part at its per-rank offset.
+``mergeblocks(k, d, e, spec, kp)`` reshape k merges a run of dims ending in d into dim e:
+                             contiguous sharding along d becomes fused-block sharding of e with
+                             block sizes spec (merged_blocks); kp is the per-rank reshape.
+``splitblocks(k, e, spec, d, kp)`` the inverse: reshape k splits e (fused, spec) so that each
+                             block becomes dim d; the sharding becomes contiguous along d.
 ``allreduce(k, op)``, ``allgather(k, d)``, ``reducescatter(k, d, op)``: collectives over the
                              sharding group (dist signatures only).
 ``alltoall(k, t, L, K)``     array all-to-all k of a tensor sharded along t: layout L, kind K
@@ -219,6 +224,15 @@ class Tables:
                     if si and so:
                         table = "moves1" if src[d] == out[e] else "moves1p"
                         self.add(table, k, d, e, sig.with_dims([si], so).key())
+        for d, e, spec in merged_blocks(src, out, c):
+            si, so = scale(src, d, c), scale(out, e, c)
+            if si and so:
+                self.add("mergeblocks", k, d, e, ",".join(map(str, spec)), sig.with_dims([si], so).key())
+        # The inverse: the reshape splits a fused dim of m equal blocks back into (.., m, n).
+        for d, e, spec in merged_blocks(out, src, c):
+            si, so = scale(src, e, c), scale(out, d, c)
+            if si and so:
+                self.add("splitblocks", k, e, ",".join(map(str, spec)), d, sig.with_dims([si], so).key())
 
     def _slice(self, sig: Sig, k: str, ins: Instruction, src: Dims, out: Dims, block_specs: Iterable[tuple[int, ...]]) -> None:
         c = self.c
@@ -486,6 +500,29 @@ def alltoall_layouts(src: Dims, s: int, c: int) -> list[tuple[int, str]]:
             continue
         out.append((t, "id" if layout.is_identity() else layout.key()))
     return out
+
+
+def merged_blocks(src: Dims, out: Dims, c: int) -> list[tuple[int, int, tuple[int, ...]]]:
+    """(d, e, spec) for each way the reshape src -> out merges dims a..d of src (a < d) into one
+    dim e, with the elements before and after the run in the same count on both sides.
+
+    Then index i·n + j of e (n = src[d], i the flat index over dims a..d-1) is index (.., i, j)
+    of src, so if rank r holds block r of c along d (contiguous, n/c wide), it holds the r-th
+    piece of each of the m = prod(src[a:d]) blocks of size n of e: spec = (n,) * m, rank r's
+    merge being the same reshape of its block. Only m > 1 (m = 1 is plain moves1)."""
+    found = []
+    for d in range(1, len(src)):
+        n = src[d]
+        if n % c or n < c:
+            continue
+        for a in range(d):
+            m = prod(src[a:d])
+            if m <= 1:
+                continue
+            for e in range(len(out)):
+                if prod(src[:a]) == prod(out[:e]) and out[e] == m * n:
+                    found.append((d, e, (n,) * m))
+    return found
 
 
 def unit_block_broadcast(src: Dims, out: Dims, dims: list[int], c: int) -> int | None:
