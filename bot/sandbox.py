@@ -34,7 +34,7 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -217,7 +217,7 @@ class Built:
     seconds: float
     peak_rss_mb: float
     error: str | None = None
-    summary: dict[str, Any] | None = None
+    summary: dict[str, Any] = field(default_factory=dict)  # what the build reports beyond its artifacts
 
 
 class SandboxBuilder:
@@ -445,7 +445,9 @@ def _outcome(
             peak,
             f"the sandboxed build reported success but did not write {', '.join(missing)}",
         )
-    return Built(True, _number(build.get("seconds")) or seconds, peak)
+    # Per-rank build times and rank-specific findings of an int-rank model travel with the build.
+    summary = {k: build[k] for k in ("rank_seconds", "rank_specific") if k in build}
+    return Built(True, _number(build.get("seconds")) or seconds, peak, summary=summary)
 
 
 class SandboxRunner:

@@ -392,8 +392,9 @@ def run_models(
         }
         if isolation:
             entry["build"]["isolation"] = isolation
-        if outcome.summary.get("rank_seconds"):  # an int-rank model: one build per rank
-            entry["build"]["rank_seconds"] = outcome.summary["rank_seconds"]
+        summary = outcome.summary or {}  # builders other than the worker (the sandbox) may report none
+        if summary.get("rank_seconds"):  # an int-rank model: one build per rank
+            entry["build"]["rank_seconds"] = summary["rank_seconds"]
         verify_seconds = 0.0
         if outcome.ok and verify:
             t = time.perf_counter()
@@ -405,9 +406,9 @@ def run_models(
             # A difference between the ranks' programs that is no rank arithmetic (an int-rank
             # model's lift, frontend/torchdist/lift.py) is a finding of its own, whatever the
             # lifted program's verdict; the witness above shows what it does to the outputs.
-            if outcome.summary.get("rank_specific") and status != ERROR_STATUS:
+            if summary.get("rank_specific") and status != ERROR_STATUS:
                 entry["status"] = "rank-specific"
-                entry["rank_specific"] = outcome.summary["rank_specific"]
+                entry["rank_specific"] = summary["rank_specific"]
             if error:
                 entry["build"]["error"] = error
         elif outcome.ok:
