@@ -79,15 +79,20 @@ class JaxContext:
     def unread_knobs(self) -> list[str]:
         return sorted(set(self.size) - self._read)
 
+    def mesh_size(self, axes: Mapping[str, int]) -> int:
+        """How many devices a mesh of ``axes`` takes; an error when the build has fewer."""
+        n = 1
+        for s in axes.values():
+            n *= s
+        if n > self.devices:
+            raise ValueError(f"a mesh of {n} devices, but the build has {self.devices} (set devices: in .shardproof.yml)")
+        return n
+
     def mesh(self, axes: Mapping[str, int]) -> Any:
         """A mesh over the first devices, in device order (partition p is device p)."""
         import jax
         import numpy as np
         from jax.sharding import Mesh
 
-        n = 1
-        for s in axes.values():
-            n *= s
-        if n > self.devices:
-            raise ValueError(f"a mesh of {n} devices, but the build has {self.devices} (set devices: in .shardproof.yml)")
+        n = self.mesh_size(axes)
         return Mesh(np.array(jax.devices()[:n]).reshape(tuple(axes.values())), tuple(axes))

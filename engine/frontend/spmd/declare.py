@@ -25,10 +25,10 @@ verified. Specs and the relations derived from them are read as in the JAX front
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from ..jax.declare import JaxInput, Spec
+from ..jax.declare import JaxContext, JaxInput, Spec
 
 SpmdInput = JaxInput  # name, shape, dtype, spec, int_range: the same declaration as for JAX
 
@@ -45,35 +45,14 @@ class SpmdModel:
     description: str = ""
 
 
-@dataclass
-class SpmdContext:
+class SpmdContext(JaxContext):
     """``variant``: the model's ``variant:`` flag; ``devices``: the virtual CPU devices of the
-    build; size knobs through :meth:`knob`."""
-
-    name: str
-    devices: int
-    variant: str | None = None
-    size: Mapping[str, Any] = field(default_factory=dict)
-    _read: set[str] = field(default_factory=set, repr=False)
-
-    def knob(self, key: str, default: Any) -> Any:
-        self._read.add(key)
-        value = self.size.get(key, default)
-        if type(value) is not type(default) and not (isinstance(default, float) and isinstance(value, int)):
-            raise ValueError(f"size.{key}: expected {type(default).__name__} like {default!r}, got {value!r}")
-        return value
-
-    def unread_knobs(self) -> list[str]:
-        return sorted(set(self.size) - self._read)
+    build; size knobs through :meth:`knob` (JAX's context, with torch-xla's mesh)."""
 
     def mesh(self, axes: Mapping[str, int]) -> Any:
         """An SPMD mesh over the first devices in order (partition p is device p)."""
         import numpy as np
         import torch_xla.distributed.spmd as xs
 
-        n = 1
-        for s in axes.values():
-            n *= s
-        if n > self.devices:
-            raise ValueError(f"a mesh of {n} devices, but the build has {self.devices} (set devices: in .shardproof.yml)")
+        n = self.mesh_size(axes)
         return xs.Mesh(np.arange(n), tuple(axes.values()), tuple(axes))
