@@ -39,9 +39,9 @@ Mixtral: tplm's model has one parallel group. When the 8 experts divide over the
 they are expert parallel (whole experts per rank, the combine an unrolled loop of adds and an
 all-reduce); at TP 32 they are tensor-parallel experts (every rank holds all 8, each expert's
 SwiGLU split along its ffn dim, as Megatron-LM does with expert-parallel size 1). Mixtral-8x22B
-has 48 attention heads, which do not divide over 32 ranks; tplm does not pad heads (Neuron
-does), so that row is a build failure of the example framework, expected and printed as such
-(the check flips to FAIL the day it builds, to be expected verified instead).
+has 48 attention heads, which do not divide over 32 ranks; tplm pads them to 64 as Neuron does
+(zero-padded query and output weights, the KV projection replicated and picked per query head),
+and the relations file says so (``relation: padded``, rules/padded.egg).
 """
 
 from __future__ import annotations
@@ -102,11 +102,16 @@ PAIRS = [
     Pair("llama3.1_405b_tp2", "Llama-3.1-405B", LLAMA_405B, 2, 157),
     Pair("llama3.1_405b_tp8", "Llama-3.1-405B", LLAMA_405B, 8, 157),
     Pair("llama3.1_405b_tp32", "Llama-3.1-405B", LLAMA_405B, 32, 157),
+    # TP 6 (issue 15's Neuron example): 32 heads padded to 36, the 8 KV heads replicated and
+    # picked per query head, FFN 14336 padded to 14340 (rules/padded.egg).
+    Pair("llama3.1_8b_tp6", "Llama-3.1-8B, padded", LLAMA_8B, 6),
     Pair("llama3.1_405b_32l_tp8", "405B width, 32 layers", {**LLAMA_405B, "layers": 32}, 8),
     Pair("mixtral_8x7b_tp8", "Mixtral-8x7B", MIXTRAL_8X7B, 8, 112),
     Pair("mixtral_8x7b_tp32", "Mixtral-8x7B", MIXTRAL_8X7B, 32, 112),
     Pair("mixtral_8x22b_tp8", "Mixtral-8x22B", MIXTRAL_8X22B, 8, 181),
-    Pair("mixtral_8x22b_tp32", "Mixtral-8x22B", MIXTRAL_8X22B, 32, 181, expect="build-failed", why="attention heads (48) is not divisible by the tensor-parallel degree 32"),
+    # 48 heads over 32 ranks: padded to 64 (2 per rank, ranks 24..31 only padding), the 8 KV
+    # heads replicated and picked per query head (Neuron's layout; rules/padded.egg).
+    Pair("mixtral_8x22b_tp32", "Mixtral-8x22B", MIXTRAL_8X22B, 32, 181),
     Pair("llama3.1_405b_tp8_bug117", f"405B, bug in layer {BUG_LAYER}", {**LLAMA_405B, "bug_layer": BUG_LAYER}, 8, variant="missing_attn_allreduce", expect="diverged"),
     # Training steps (tplm.models:train_step: forward, loss, backward, SP norm-gradient
     # all-reduce, SGD update of every parameter) at Llama-3.1-8B width, seq 16, batch 2.
@@ -115,9 +120,11 @@ PAIRS = [
     Pair("train_8b_8l_tp8_fused", "8B-width train step, fused QKV", {**TRAIN_8B, "layers": 8, "fused": True}, 8, entry=TRAIN, shape=TRAIN_SHAPE),
     Pair("train_8b_32l_tp8_fused", "8B-width train step, fused QKV", {**TRAIN_8B, "layers": 32, "fused": True}, 8, entry=TRAIN, shape=TRAIN_SHAPE),
     # 405B shape. At TP 32 the 8 KV heads are shared by groups of 4 ranks (index_select by
-    # r // 4), whose backward is an index_add (scatter): no rules yet.
+    # r // 4), whose backward is an index_add (scatter, rules/scatter.egg). Seq 64: two tokens
+    # per rank under sequence parallelism, the per-rank shape of the TP 8 row (one token per
+    # rank meets the open unit-dim gap of the RMSNorm's squeeze).
     Pair("train_405b_tp8", "405B-shaped train step", LLAMA_405B, 8, TRAINVERIFY_405B, entry=TRAIN, shape=TRAIN_SHAPE),
-    Pair("train_405b_tp32", "405B-shaped train step", LLAMA_405B, 32, TRAINVERIFY_405B, entry=TRAIN, shape={"seq": 32, "batch": 2}, expect="unsupported"),
+    Pair("train_405b_tp32", "405B-shaped train step", LLAMA_405B, 32, TRAINVERIFY_405B, entry=TRAIN, shape={"seq": 64, "batch": 2}),
 ]  # fmt: skip
 
 

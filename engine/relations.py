@@ -15,7 +15,7 @@ import yaml
 from .errors import InputError
 from .yamltext import check_nesting, load
 
-INPUT_RELATIONS = ("duplicate", "sharded", "partial", "rank", "token")
+INPUT_RELATIONS = ("duplicate", "sharded", "partial", "rank", "token", "padded")
 # rank and token inputs exist only in the distributed program.
 DIST_ONLY = ("rank", "token")
 OUTPUT_RELATIONS = ("duplicate", "sharded", "partial")
@@ -24,12 +24,18 @@ REDUCE_OPS = ("add", "max", "min")
 
 @dataclass(frozen=True)
 class Relation:
-    kind: str  # duplicate | sharded | partial | rank | token (torch-xla's collective token)
+    kind: str  # duplicate | sharded | partial | rank | token (torch-xla's collective token) | padded
     dim: int | None = None
     blocks: tuple[int, ...] = ()
     op: str = "add"
+    # padded (an input only): rank r holds elements [r·width, r·width + width) along dim of the
+    # baseline extended with zeros to c·width there (heads or FFN features padded to a
+    # multiple of the group size, as Neuron does when they do not divide).
+    width: int | None = None
 
     def describe(self) -> str:
+        if self.kind == "padded":
+            return f"padded(dim={self.dim}, width={self.width})"
         if self.kind == "sharded":
             b = f", blocks={list(self.blocks)}" if self.blocks else ""
             return f"sharded(dim={self.dim}{b})"
@@ -195,7 +201,7 @@ def _list(data: dict[str, Any], key: str, fail: Any) -> list[Any]:
 def _binding(x: Any, key: str, allowed: tuple[str, ...], fail: Any) -> Binding:
     if not isinstance(x, dict):
         raise fail(key, "expected a mapping like {baseline: 0, distributed: 0, relation: duplicate}")
-    extra = set(x) - {"baseline", "distributed", "relation", "dim", "blocks", "op", "int_range", "name"}
+    extra = set(x) - {"baseline", "distributed", "relation", "dim", "blocks", "op", "int_range", "name", "width"}
     if extra:
         raise fail(f"{key}.{sorted(map(str, extra))[0]}", "unknown key")
     rel = x.get("relation")
@@ -206,9 +212,9 @@ def _binding(x: Any, key: str, allowed: tuple[str, ...], fail: Any) -> Binding:
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, str)) or (isinstance(v, int) and v < 0)):
             raise fail(f"{key}.{side}", "expected a parameter number (0-based) or a parameter name")
     dim = x.get("dim")
-    if rel == "sharded":
+    if rel in ("sharded", "padded"):
         if not isinstance(dim, int) or isinstance(dim, bool) or dim < 0:
-            raise fail(f"{key}.dim", "a sharded relation needs 'dim', a non-negative integer")
+            raise fail(f"{key}.dim", f"a {rel} relation needs 'dim', a non-negative integer")
     elif dim is not None:
         raise fail(f"{key}.dim", f"'dim' only applies to sharded, not {rel}")
     blocks = x.get("blocks") or []
@@ -217,7 +223,13 @@ def _binding(x: Any, key: str, allowed: tuple[str, ...], fail: Any) -> Binding:
     op = x.get("op", "add")
     if op not in REDUCE_OPS:
         raise fail(f"{key}.op", f"expected one of {', '.join(REDUCE_OPS)}")
+    width = x.get("width")
+    if rel == "padded":
+        if not isinstance(width, int) or isinstance(width, bool) or width < 1:
+            raise fail(f"{key}.width", "a padded relation needs 'width', the per-rank extent along dim (a positive integer)")
+    elif width is not None:
+        raise fail(f"{key}.width", f"'width' only applies to padded, not {rel}")
     ir = x.get("int_range")
     if ir is not None and not (isinstance(ir, list) and len(ir) == 2 and all(isinstance(v, int) for v in ir)):
         raise fail(f"{key}.int_range", "expected [lo, hi]")
-    return Binding(x.get("baseline"), x.get("distributed"), Relation(rel, dim, tuple(blocks), op), key, tuple(ir) if ir else None)
+    return Binding(x.get("baseline"), x.get("distributed"), Relation(rel, dim, tuple(blocks), op, width), key, tuple(ir) if ir else None)

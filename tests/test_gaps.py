@@ -25,7 +25,7 @@ CLOSED = {
     "vocab_embedding_int64_ids", "fused_block_reshape", "one_head_per_rank", "fused_block_concat",
     "moe_layer_cut", "vocab_embedding_frontier_noise", "kv_heads_fewer_than_ranks", "one_expert_per_rank",
     "one_head_per_rank_batch1", "kv_heads_grouped_attention", "kv_heads_grouped_attention_batch1",
-    "moe_one_expert_per_rank", "fused_block_pad",
+    "moe_one_expert_per_rank", "fused_block_pad", "dp_batch_rows",
 }  # fmt: skip
 
 

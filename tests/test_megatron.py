@@ -8,7 +8,10 @@ of torch-xla and Megatron); the lifting itself is tested on hand-written texts, 
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,21 +23,18 @@ from shardproof.engine.frontend.torchdist.lift import lift
 ROOT = Path(__file__).parents[1]
 CONFIG = ROOT / "examples" / "megatron" / ".shardproof.yml"
 
-# Where each bug variant must be reported: the Megatron line (or the patch's own line, for a
-# bug the patch itself writes) and the model's verdict.
+# Where each bug variant must be reported: the Megatron line. The patches' own frames are hidden
+# (hide_frames), so an op a patch adds is reported where Megatron calls the patched function.
 BUG_SITES = {
     "bug_missing_all_reduce": "megatron/core/tensor_parallel/layers.py:1296",
     "bug_redundant_all_reduce": "megatron/core/tensor_parallel/mappings.py:31",
     "bug_wrong_group": "megatron/core/tensor_parallel/mappings.py:31",
     "bug_sp_gather_dim": "megatron/core/tensor_parallel/mappings.py:94",
-    "bug_precision": "examples/megatron/mcore_bugs.py:",
+    "bug_precision": "megatron/core/tensor_parallel/layers.py:1294",
     "bug_wrong_vocab_offset": "megatron/core/tensor_parallel/layers.py:276",
 }
 # Correct models the rules cannot prove yet (the witness finds them equal): name -> the form.
-RULE_GAPS = {
-    "sp2hp_tp4": ("unproven", "split along the hidden dim, concatenate along the tokens, then all-to-all"),
-    "gpt_rope_tp4": ("unproven", "the vocab-parallel embedding's mask across a segment cut"),
-}
+RULE_GAPS: dict[str, tuple[str, str]] = {}
 
 
 # ---- lifting, on texts ----------------------------------------------------------------------
@@ -74,6 +74,19 @@ def test_a_literal_off_the_line_names_the_odd_rank() -> None:
     assert "= 33 on rank 2 where 16·r+0 gives 32" in lifted.findings[0].message
     # The lifted program still computes what each rank computes: the table keeps rank 2's 33.
     assert "constant({0, 16, 33, 48})" in lifted.text
+
+
+def test_the_odd_literal_is_named_by_the_python_expression_it_was_traced_from() -> None:
+    # The literal is the right operand of a subtract: on model.py:7 that is `self.offset`.
+    source = "\n" * 6 + "ids = x.clone() - self.offset  # line 7\n"
+    groups = [[0, 1, 2, 3]]
+    lifted = lift(_texts([0, 16, 33, 48], groups), [0, 1, 2, 3], groups, read_source=lambda path: source if path == "model.py" else None)
+    (finding,) = lifted.findings
+    assert finding.message == "`self.offset` = 33 on rank 2 where 16·r+0 gives 32 (constant.2, model.py:7)"
+    # Two right operands of a subtract on the line: no guess, the instruction names it.
+    ambiguous = "\n" * 6 + "ids = (x - self.offset) - self.base\n"
+    (finding,) = lift(_texts([0, 16, 33, 48], groups), [0, 1, 2, 3], groups, read_source=lambda path: ambiguous).findings
+    assert finding.message.startswith("constant.2 = 33 on rank 2")
 
 
 def test_literals_that_depend_on_the_group_are_rank_specific() -> None:
@@ -135,10 +148,14 @@ def test_bug_is_witnessed_at_megatrons_line(report: dict[str, Any], name: str) -
         (finding, *_) = model["rank_specific"]
         assert finding["ranks"] == [2]
         assert BUG_SITES[name] in finding["where"]
-        assert re.search(r"= 33 on rank 2 where 16·r\+0 gives 32", finding["message"]), finding
+        # Named by Megatron's attribute on that line, not by the HLO constant.
+        assert finding["message"].startswith("`self.vocab_start_index` = 33 on rank 2 where 16·r+0 gives 32"), finding
         return
     source = result["divergences"][0]["source"]
     assert BUG_SITES[name] in f"{source['file']}:{source['line']}", (source, BUG_SITES[name])
+    if name == "bug_precision":  # a lossy cast before the reduction, not a missing reduction
+        assert "this convert to bf16 changes each rank's piece before the reduction" in result["divergences"][0]["cause"]
+        assert result["divergences"][0]["hint"] is None
 
 
 def test_rank_builds_are_timed_and_artifacts_name_no_machine_path(report: dict[str, Any]) -> None:
@@ -216,3 +233,183 @@ def test_located_build_failures_and_cpu_tensors_as_constants(tmp_path: Path) -> 
     assert crash["status"] == bad["status"] == "build-failed"
     assert "rank 1's build crashed (signal 11)" in crash["build"]["error"], crash["build"]["error"]
     assert "rank 0: " in bad["build"]["error"] and "boolean tensor" in bad["build"]["error"], bad["build"]["error"]
+
+
+# ---- all-to-all: the backend's lowering, and the sp2hp / hp2sp laws on JAX-built pairs -------
+
+
+def test_all_to_all_is_lowered_token_free_over_the_real_group(report: dict[str, Any]) -> None:
+    model = _entry(report, "sp2hp_tp4")
+    path = Path(model["artifacts"]["distributed"])
+    text = (path if path.is_absolute() else ROOT / path).read_text()
+    (line,) = [x for x in text.splitlines() if " all-to-all(" in x]
+    assert "replica_groups={{0,1,2,3}}, dimensions={0}" in line, line
+    # No token: the program's only parameter is the input, and no call is left.
+    assert text.count(" parameter(") == 1 and " call(" not in text and "token" not in (path.parent / "relations.yaml").read_text()
+    # The op keeps the source of the call it replaced: Megatron's all_to_all_single line.
+    assert model["result"]["trace"][0]["steps"][-1]["rule"] == "alltoall/split-concat-all-to-all-reshards"
+
+
+def test_inlining_puts_the_collective_in_place_of_its_call() -> None:
+    from shardproof.engine.frontend.torchdist.backend import inline_collectives
+
+    text = """HloModule IrToHlo.6
+
+%shardproof_all_to_all.3 (x.4: f32[8,2]) -> f32[8,2] {
+  %x.4 = f32[8,2]{1,0} parameter(0)
+  ROOT %a2a.5 = f32[8,2]{1,0} all-to-all(f32[8,2]{1,0} %x.4), replica_groups={{0,1},{2,3}}, dimensions={0}
+}
+
+ENTRY %IrToHlo.6 (p0.1: f32[8,2]) -> (f32[8,2]) {
+  %p0.1 = f32[8,2]{1,0} parameter(0)
+  %call.2 = f32[8,2]{1,0} call(f32[8,2]{1,0} %p0.1), to_apply=%shardproof_all_to_all.3, metadata={op_type="xla__all_to_all" source_line=7}
+  ROOT %tuple.7 = (f32[8,2]{1,0}) tuple(f32[8,2]{1,0} %call.2)
+}
+"""
+    sourcemap = {"instructions": {"call.2": {"frames": [{"file": "m.py", "line": 7}]}}}
+    out = inline_collectives(text, sourcemap)
+    assert "shardproof_all_to_all" not in out and " call(" not in out
+    assert '%all-to-all.2 = f32[8,2]{1,0} all-to-all(f32[8,2]{1,0} %p0.1), replica_groups={{0,1},{2,3}}, dimensions={0}, metadata={op_type="xla__all_to_all" source_line=7}' in out
+    assert "tuple(f32[8,2]{1,0} %all-to-all.2)" in out
+    assert sourcemap["instructions"] == {"all-to-all.2": {"frames": [{"file": "m.py", "line": 7}]}}
+
+
+_ALL_TO_ALL_FORMS = """
+import torch, torch_xla
+import torch.distributed as dist
+import torch.distributed._functional_collectives as fc
+from shardproof.engine.frontend.torchdist import backend
+
+backend.start(1, 4)
+group = dist.new_group([0, 1])
+x = torch.ones(8, 4, dtype=torch.bfloat16).to(torch_xla.device())
+single = torch.empty_like(x)
+dist.all_to_all_single(single, x, group=group)
+outs = [torch.empty(2, 4, dtype=torch.bfloat16, device=x.device) for _ in range(4)]
+dist.all_to_all(outs, list(x.chunk(4, 0)))
+functional = fc.all_to_all_single(x, None, None, group)
+text = torch_xla._XLAC._get_xla_tensors_hlo([single, torch.cat(outs, 0), functional * 1])
+print(backend.inline_collectives(text, {"instructions": {}}))
+"""
+
+
+def test_every_all_to_all_form_is_token_free_over_its_group() -> None:
+    """all_to_all_single, the list form (default group) and the functional all_to_all_single
+    (torch-xla's own kernel would bypass the group) all become one all-to-all each."""
+    pytest.importorskip("torch_xla")
+    env = {**os.environ, "PJRT_DEVICE": "CPU", "XLA_HLO_DEBUG": "1"}
+    proc = subprocess.run([sys.executable, "-c", _ALL_TO_ALL_FORMS], capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [x for x in proc.stdout.splitlines() if " all-to-all(" in x]
+    groups = sorted(re.search(r"replica_groups=(\{\{[\d,]*\}\})", x).group(1) for x in lines)
+    assert groups == ["{{0,1,2,3}}", "{{0,1}}", "{{0,1}}"], lines
+    assert all(x.split(" = ")[1].startswith("bf16[") for x in lines)
+    assert " call(" not in proc.stdout and "f32[] parameter" not in proc.stdout, proc.stdout
+
+
+# (name, whole input shape, dtype, input sharded dim, output sharded dim, verdict); built by
+# _produce_all_to_all below with JAX (shard_map over 4 CPU devices), checked by the rules and
+# the numeric witness.
+A2A_PAIRS = [
+    ("c_sp2hp", (16, 32), "float32", 0, 1, "verified"),
+    ("c_sp2hp_int32", (16, 32), "int32", 0, 1, "verified"),
+    # Megatron's own input: (s, b, h) sharded along s, flattened to (s·b, h) first.
+    ("c_sp2hp_3d", (8, 2, 32), "float32", 0, 1, "verified"),
+    ("c_hp2sp", (16, 32), "float32", 1, 0, "verified"),
+    # The all-to-all splits (and concatenates) the hidden dim instead of the tokens.
+    ("b_sp2hp_all_to_all_dim", (16, 32), "float32", 0, 1, "diverged"),
+    # The hidden dim is cut into strided chunks (reshape (h/c, c), chunk = last dim).
+    ("b_sp2hp_strided_chunks", (16, 32), "float32", 0, 1, "diverged"),
+    # hp2sp joins the received pieces in reverse rank order.
+    ("b_hp2sp_reversed", (16, 32), "float32", 1, 0, "diverged"),
+]
+
+
+def _produce_all_to_all(out: Path) -> None:  # in a subprocess: python tests/test_megatron.py OUT
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+    sys.path.insert(0, str(Path(__file__).parent / "adversarial"))
+    import jax
+    import jax.numpy as jnp
+    import jax_pairs
+    from jax_pairs import AXIS, C, JaxPair
+
+    def sp2hp(x: Any, chunks: str = "contiguous", dim: int = 0) -> Any:
+        x = x.reshape(-1, x.shape[-1])
+        if chunks == "strided":
+            n, h = x.shape
+            z = x.reshape(n, h // C, C).transpose(2, 0, 1).reshape(C * n, h // C)
+        else:
+            z = jnp.concatenate(jnp.split(x, C, axis=1), axis=0)
+        return jax.lax.all_to_all(z, AXIS, dim, dim, tiled=True)
+
+    def hp2sp(x: Any, reverse: bool = False) -> Any:
+        pieces = jnp.split(jax.lax.all_to_all(x, AXIS, 0, 0, tiled=True), C, axis=0)
+        return jnp.concatenate(pieces[::-1] if reverse else pieces, axis=1)
+
+    bodies = {
+        "c_sp2hp": sp2hp, "c_sp2hp_int32": sp2hp, "c_sp2hp_3d": sp2hp, "c_hp2sp": hp2sp,
+        "b_sp2hp_all_to_all_dim": lambda x: sp2hp(x, dim=1),
+        "b_sp2hp_strided_chunks": lambda x: sp2hp(x, chunks="strided"),
+        "b_hp2sp_reversed": lambda x: hp2sp(x, reverse=True),
+    }
+    for name, shape, dtype, d_in, d_out, _ in A2A_PAIRS:
+        spec_in = tuple(AXIS if d == d_in else None for d in range(len(shape)))
+        spec_out = tuple(AXIS if d == d_out else None for d in range(2))  # every output is (tokens, hidden)
+        pair = JaxPair(name, name, (shape,), (spec_in,), spec_out, lambda x: x.reshape(-1, x.shape[-1]), bodies[name], dtypes=(dtype,), int_ranges=((0, (-100, 100)),) if dtype == "int32" else ())
+        baseline, distributed, _, _ = jax_pairs.build(pair)
+        folder = out / name
+        folder.mkdir()
+        (folder / "baseline.hlo").write_text(baseline)
+        (folder / "distributed.hlo").write_text(distributed)
+        (folder / "relations.yaml").write_text(pair.relations())
+
+
+@pytest.fixture(scope="module")
+def a2a_pairs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("jax")
+    out = tmp_path_factory.mktemp("a2a")
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    subprocess.run([sys.executable, __file__, str(out)], check=True, env=env, timeout=600)
+    return out
+
+
+@pytest.mark.parametrize(("name", "verdict"), [(p[0], p[-1]) for p in A2A_PAIRS])
+def test_all_to_all_resharding_laws_on_jax_pairs(a2a_pairs: Path, name: str, verdict: str) -> None:
+    from shardproof.engine.analysis.check import check_files
+    from shardproof.engine.relations import load_relations
+
+    folder = a2a_pairs / name
+    result = check_files(load_relations(folder / "relations.yaml"), folder / "baseline.hlo", folder / "distributed.hlo")
+    assert result.verdict == verdict, result.reason
+    if verdict == "diverged":
+        # A bug is diverged only with a numeric witness: an output element that differs.
+        assert result.witness is not None and result.witness["status"] == "confirmed", result.witness
+        assert any(not o["equal"] for o in result.witness["outputs"]), result.witness
+
+
+# Mutants of the correct sp2hp program, each a way to get the exchange wrong; none may verify.
+A2A_MUTANTS = [
+    ("pieces out of order", "concatenate(split.4, split.5, split.6, split.7)", "concatenate(split.5, split.4, split.6, split.7)"),
+    ("one piece twice", "concatenate(split.4, split.5, split.6, split.7)", "concatenate(split.4, split.5, split.5, split.7)"),
+    ("ranks in another order", "replica_groups={{0,1,2,3}}", "replica_groups={{1,0,2,3}}"),
+    ("exchange within halves", "replica_groups={{0,1,2,3}}", "replica_groups={{0,1},{2,3}}"),
+]
+
+
+@pytest.mark.parametrize(("what", "old", "new"), A2A_MUTANTS, ids=[m[0] for m in A2A_MUTANTS])
+def test_a_wrong_sp2hp_exchange_is_diverged_with_a_witness(a2a_pairs: Path, tmp_path: Path, what: str, old: str, new: str) -> None:
+    from shardproof.engine.analysis.check import check_files
+    from shardproof.engine.relations import load_relations
+
+    folder = a2a_pairs / "c_sp2hp"
+    text = (folder / "distributed.hlo").read_text()
+    assert old in text, "JAX wrote the sp2hp program differently; update the mutant"
+    (tmp_path / "distributed.hlo").write_text(text.replace(old, new))
+    result = check_files(load_relations(folder / "relations.yaml"), folder / "baseline.hlo", tmp_path / "distributed.hlo")
+    assert result.verdict == "diverged", result.reason
+    assert result.witness is not None and result.witness["status"] == "confirmed", result.witness
+
+
+if __name__ == "__main__":
+    _produce_all_to_all(Path(sys.argv[1]))

@@ -51,9 +51,14 @@ models:
   - {{name: train3_fused, entry: tplm.models:train_step, expect: verified}}
   - {{name: train3_wrong_group, entry: tplm.models:train_step, variant: sp_norm_grad_wrong_group, expect: diverged}}
   - {{name: train2_norm_twice, entry: tplm.models:train_step, variant: sp_norm_grad_twice, size: {{layers: 2}}, expect: diverged}}
-  - {{name: dp_missing, entry: tplm.models:dp_train_step, variant: dp_grad_missing, size: {{layers: 2, batch: 4}}, expect: diverged}}
-  - {{name: dp_twice, entry: tplm.models:dp_train_step, variant: dp_grad_scaled_twice, size: {{layers: 2, batch: 4}}, expect: diverged}}
+  - {{name: dp_ok, entry: tplm.models:dp_train_step, size: {{layers: 2, batch: 8}}, expect: verified}}
+  - {{name: dp_missing, entry: tplm.models:dp_train_step, variant: dp_grad_missing, size: {{layers: 2, batch: 8}}, expect: diverged}}
+  - {{name: dp_twice, entry: tplm.models:dp_train_step, variant: dp_grad_scaled_twice, size: {{layers: 2, batch: 8}}, expect: diverged}}
   - {{name: adamw_accumulated, entry: tplm.models:train_step, size: {{layers: 2, optimizer: adamw, micro_batches: 2}}, expect: verified}}
+  - {{name: mixed_ok, entry: tplm.train:mixed_train_step, size: {{layers: 2, fused: false}}, expect: verified}}
+  - {{name: mixed_unscale, entry: tplm.train:mixed_train_step, variant: mp_unscale_missing, size: {{layers: 1, fused: false}}, expect: diverged}}
+  - {{name: zero_ok, entry: tplm.train:zero_train_step, size: {{layers: 2, fused: false, batch: 8}}, expect: verified}}
+  - {{name: zero_wrong_shard, entry: tplm.train:zero_train_step, variant: zero_wrong_shard, size: {{layers: 2, fused: false, batch: 8}}, expect: diverged}}
 """
 
 
@@ -177,17 +182,39 @@ def test_sp_norm_gradient_bugs_are_diverged_witnessed_at_their_line(built: tuple
     assert (first["file"], first["line"]) == SITES[variant]
 
 
-@pytest.mark.parametrize("name", ["dp_missing", "dp_twice"])
-def test_dp_gradient_bugs_are_diverged_and_witnessed(built: tuple[dict[str, Any], Path], name: str) -> None:
+def test_data_parallel_step_verifies(built: tuple[dict[str, Any], Path]) -> None:
+    """Each rank's mean loss over its batch shard: its gradients are 4x its shard's, summed by
+    the all-reduce and divided back by DDP's average (rules/scaling.egg)."""
+    m = model(built, "dp_ok")
+    assert m["status"] == "verified", (m["result"]["reason"], m["result"]["divergences"][:2])
+
+
+@pytest.mark.parametrize("name, variant", [("dp_missing", "dp_grad_missing"), ("dp_twice", "dp_grad_scaled_twice")])
+def test_dp_gradient_bugs_are_diverged_witnessed_at_their_line(built: tuple[dict[str, Any], Path], name: str, variant: str) -> None:
     m = model(built, name)
     assert m["status"] == "diverged", m["result"]["reason"]
     assert m["result"]["witness"]["status"] == "confirmed", m["result"]["witness"]
+    first = m["result"]["divergences"][0]
+    assert (first["source"]["file"], first["source"]["line"]) == SITES[variant], first
+    assert first["kind"] == "divergence" and first["numeric"]["holds"] is False, first
     # Never at a frame inside torch: every divergence names a file of the repository.
     for d in m["result"]["divergences"]:
         assert d["source"]["file"].startswith("examples/tplm/"), d["source"]
-    # Backward instructions are marked as such, at the forward line they differentiate.
-    marked = [d for d in m["result"]["divergences"] if d["source"].get("backward")]
-    assert all(d["op_name"].startswith("backward") for d in marked)
+
+
+def test_a_data_parallel_gradient_not_averaged_back_is_not_verified() -> None:
+    """The scale law's negative: dividing the all-reduced gradients by 2 instead of the group
+    size 4 (or not at all) leaves them 2x (4x) the baseline's, and the pair is diverged."""
+    d = GAPS / "dp_batch_rows"
+    spec = load_relations(d / "relations.yaml")
+    good = (d / "distributed.hlo").read_text()
+    assert verify(spec, parse_hlo_file(d / "baseline.hlo"), parse_hlo(good), SourceMap.load(d / "sourcemap.json"), Budget()).verdict == "verified"
+    assert good.count("f32[] constant(4)") == 2 and good.count("f32[] constant(128)") == 1  # two averages, one seed 1/(n/c)
+    # Averaged by 2, 1 or 16 instead of 4; or the seed 1/n of the whole batch (then the average
+    # divides by 4 once too often).
+    for old, wrong in (("constant(4)", "constant(2)"), ("constant(4)", "constant(1)"), ("constant(4)", "constant(16)"), ("constant(128)", "constant(512)")):
+        res = verify(spec, parse_hlo_file(d / "baseline.hlo"), parse_hlo(good.replace(f"f32[] {old}", f"f32[] {wrong}")), SourceMap.load(d / "sourcemap.json"), Budget())
+        assert res.verdict == "diverged", (wrong, res.reason)
 
 
 def test_adamw_with_gradient_accumulation_verifies(built: tuple[dict[str, Any], Path]) -> None:
@@ -198,3 +225,48 @@ def test_adamw_with_gradient_accumulation_verifies(built: tuple[dict[str, Any], 
     assert " sqrt(" in text  # the AdamW denominator is in the program
     labels = [s["layer"] for s in m["result"]["stats"]["segment_report"]]
     assert BACKWARD_BASE - 1 in labels and BACKWARD_BASE in labels
+
+
+# ---- mixed precision and ZeRO ---------------------------------------------------------------
+
+
+def test_mixed_precision_step_verifies(built: tuple[dict[str, Any], Path]) -> None:
+    """bf16 parameters and gradients, the loss scaled by 1024 and the gradients unscaled in f32,
+    SGD on f32 master weights, the masters cast back to bf16: every output proven."""
+    m = model(built, "mixed_ok")
+    assert m["status"] == "verified", (m["result"]["reason"], m["result"]["divergences"][:2])
+    text = (built[1] / "mixed_ok" / "distributed.hlo").read_text()
+    assert re.search(r"bf16\[[\d,]*\]\{[\d,]*\} dot\(", text)  # the matmuls run in bf16
+    assert re.search(r"f32\[[\d,]*\]\{[\d,]*\} convert\(bf16", text)  # gradients widened to f32
+    assert " constant(1024)" in text  # the loss scale
+
+
+def test_mixed_precision_unscale_missing_is_diverged_at_its_line(built: tuple[dict[str, Any], Path]) -> None:
+    m = model(built, "mixed_unscale")
+    assert m["status"] == "diverged", m["result"]["reason"]
+    w = m["result"]["witness"]
+    assert w["status"] == "confirmed", w
+    # The witness's difference is the bug's: a norm weight's master 1024x the step away.
+    assert w["outputs"][0]["max_rel_err"] > 100, w["outputs"][0]
+    first = m["result"]["divergences"][0]
+    assert (first["source"]["file"], first["source"]["line"]) == SITES["mp_unscale_missing"], first
+
+
+def test_zero_step_verifies(built: tuple[dict[str, Any], Path]) -> None:
+    """Gradients reduce-scattered and averaged, each rank's block of the f32 masters updated,
+    the blocks all-gathered: the parameters replicated and the master blocks sharded, proven."""
+    m = model(built, "zero_ok")
+    assert m["status"] == "verified", (m["result"]["reason"], m["result"]["divergences"][:2])
+    text = (built[1] / "zero_ok" / "distributed.hlo").read_text()
+    assert " reduce-scatter(" in text and " all-gather(" in text
+    relations = (built[1] / "zero_ok" / "relations.yaml").read_text()
+    assert "sharded" in relations  # the master blocks
+
+
+def test_zero_wrong_shard_is_diverged_at_its_line(built: tuple[dict[str, Any], Path]) -> None:
+    m = model(built, "zero_wrong_shard")
+    assert m["status"] == "diverged", m["result"]["reason"]
+    assert m["result"]["witness"]["status"] == "confirmed", m["result"]["witness"]
+    first = m["result"]["divergences"][0]
+    assert (first["source"]["file"], first["source"]["line"]) == SITES["zero_wrong_shard"], first
+    assert first["hint"]["kind"] == "wrong-groups", first

@@ -321,3 +321,23 @@ def test_an_xla_abort_kills_only_the_worker() -> None:
         call("pair.witness", *texts, rel, WitnessOptions(flatten="never"))
     report = call("pair.witness", *texts, rel, WitnessOptions())
     assert not report.equal and report.seed is not None
+
+
+def test_a_confirmed_difference_at_a_partially_ruled_opcode_is_diverged(tmp_path: Path) -> None:
+    """The rules stop at a collective-permute (its rules are partial, so alone that is
+    `inconclusive`); the pair is a bug (ranks 0/1 and 2/3 swap their blocks, a pattern that is
+    no ring step) and the witness shows the
+    difference: with that evidence it is `diverged`, the permute named as the divergence."""
+    base = "HloModule b\nENTRY e {\n  x = f32[8,4]{1,0} parameter(0)\n  ROOT y = f32[8,4]{1,0} tanh(x)\n}\n"
+    dist = ("HloModule d\nENTRY e {\n  x = f32[2,4]{1,0} parameter(0)\n"
+            "  p = f32[2,4]{1,0} collective-permute(x), channel_id=1, source_target_pairs={{0,1},{1,0},{2,3},{3,2}}\n"
+            "  ROOT y = f32[2,4]{1,0} tanh(p)\n}\n")
+    rel = "groups: [[0, 1, 2, 3]]\ninputs:\n  - {baseline: 0, distributed: 0, relation: sharded, dim: 0}\noutputs:\n  - {baseline: 0, distributed: 0, relation: sharded, dim: 0}\n"
+    for name, text in (("baseline.hlo", base), ("distributed.hlo", dist), ("relations.yaml", rel)):
+        (tmp_path / name).write_text(text)
+    assert _check(tmp_path, "never").verdict == "inconclusive"  # the rules' answer alone
+    r = _check(tmp_path)
+    assert r.verdict == "diverged", r.reason
+    assert r.witness is not None and r.witness["status"] == "confirmed"
+    assert "confirmed numerically" in r.reason and "%p (collective-permute" in r.reason
+    assert r.divergences[0]["instruction"] == "%p" and r.divergences[0]["kind"] == "divergence"

@@ -7,18 +7,57 @@ in about a microsecond, one command per fact costs a hundred times that.
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
+import itertools
 import math
 import os
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from types import ModuleType
 
-from egglog import bindings
 
-RULE_FILES = ("core.egg", "algebra.egg", "partition.egg", "collectives.egg", "slicing.egg", "argreduce.egg", "unroll.egg", "layout.egg", "customcall.egg", "alltoall.egg", "permute.egg", "rankalgebra.egg", "rankselect.egg", "vocabraw.egg", "gathercat.egg")
+def _bindings() -> ModuleType:
+    """egglog's Rust extension, ``egglog.bindings``, the only part of egglog this module uses.
+    ``from egglog import bindings`` runs the package's ``__init__`` first: its Python front end
+    (black, numpy, the expression DSL), ~140 ms of a 2 s check. So the extension is loaded from
+    the package's folder as the module ``egglog.bindings``, registered so that a later ``import
+    egglog`` finds it (an extension initializes once per process); anything unexpected and the
+    package is imported as usual."""
+    if "egglog.bindings" in sys.modules:
+        return sys.modules["egglog.bindings"]
+    package = importlib.util.find_spec("egglog")  # finds the package; runs nothing of it
+    folder = os.path.dirname(package.origin) if package is not None and package.origin else None
+    if folder is not None:
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            path = os.path.join(folder, "bindings" + suffix)
+            if os.path.isfile(path):
+                spec = importlib.util.spec_from_file_location("egglog.bindings", path)
+                if spec is None or spec.loader is None:
+                    break
+                module = importlib.util.module_from_spec(spec)
+                sys.modules["egglog.bindings"] = module
+                try:
+                    spec.loader.exec_module(module)
+                except BaseException:
+                    del sys.modules["egglog.bindings"]
+                    raise
+                return module
+    from egglog import bindings
+
+    return bindings
+
+
+bindings = _bindings()
+
+RULE_FILES = ("core.egg", "algebra.egg", "partition.egg", "collectives.egg", "slicing.egg", "argreduce.egg", "unroll.egg", "layout.egg", "customcall.egg", "permute.egg", "rankalgebra.egg", "rankselect.egg", "vocabraw.egg", "gathercat.egg", "alltoall.egg", "rankpos.egg", "window.egg", "scaling.egg", "scatter.egg", "padded.egg")
 
 
 def split_forms(text: str) -> Iterator[str]:
@@ -74,6 +113,7 @@ class Session:
     def __init__(self, rule_files: Iterable[str] = RULE_FILES) -> None:
         self.eg = bindings.EGraph()
         self._tmp = tempfile.TemporaryDirectory(prefix="shardproof-egg-")
+        self._files = itertools.count()
         # Parsed once: size() runs between every chunk of iterations.
         self._print_size = self.eg.parse_program("(print-size)")
         for name in rule_files:
@@ -90,11 +130,22 @@ class Session:
         rows = list(rows)
         if not rows:
             return 0
-        path = Path(self._tmp.name) / f"{table}.{len(os.listdir(self._tmp.name))}.tsv"
-        with path.open("w") as f:
-            for row in rows:
-                f.write("\t".join(_cell(v) for v in row) + "\n")
+        data = "".join("\t".join(_cell(v) for v in row) + "\n" for row in rows).encode("utf-8")
+        if _IN_MEMORY:
+            # The rows in an anonymous in-memory file, read by egglog through /proc: a file
+            # on disk costs ~0.3 ms of CPU to create (1 ms and more when the disk is busy), and
+            # a proof loads a hundred small tables.
+            fd = os.memfd_create("shardproof-rows", os.MFD_CLOEXEC)
+            try:
+                _write_all(fd, data)
+                self.command(f'(input {table} "/proc/self/fd/{fd}")')
+            finally:
+                os.close(fd)
+            return len(rows)
+        path = Path(self._tmp.name) / f"{table}.{next(self._files)}.tsv"
+        path.write_bytes(data)
         self.command(f'(input {table} "{path}")')
+        path.unlink()  # read: a reused Session (fresh_session) would only pile them up
         return len(rows)
 
     def size(self) -> int:
@@ -159,6 +210,47 @@ class Session:
         return out
 
 
+_LOCAL = threading.local()
+
+
+@contextmanager
+def fresh_session(rule_files: tuple[str, ...] = RULE_FILES) -> Iterator[Session]:
+    """A Session holding the rules and nothing else, for one proof.
+
+    Loading the rules (type-checking and compiling ~2000 forms) costs ~60 ms, more than many a
+    layer's proof. So each thread keeps one Session with the rules loaded (egglog's e-graph
+    cannot cross threads) and each proof runs between ``(push)`` and ``(pop)``: egglog's push
+    saves a clone of the whole e-graph, and pop puts that clone back, so no row, union or
+    fact of one proof is left for the next. The popped e-graph is checked empty again (its row
+    count, as after loading the rules; ~0.1 ms) or it is thrown away; a proof that raised, or
+    a nested use, gets a Session of its own."""
+    cache: dict[tuple[str, ...], tuple[Session, int]] = _LOCAL.__dict__.setdefault("sessions", {})
+    busy: set[tuple[str, ...]] = _LOCAL.__dict__.setdefault("busy", set())
+    if rule_files in busy:
+        session = Session(rule_files)
+        try:
+            yield session
+        finally:
+            session.close()
+        return
+    if rule_files not in cache:
+        session = Session(rule_files)
+        cache[rule_files] = (session, session.size())
+    session, pristine = cache[rule_files]
+    busy.add(rule_files)
+    clean = False
+    try:
+        session.command("(push)")
+        yield session
+        session.command("(pop)")
+        clean = session.size() == pristine
+    finally:
+        busy.discard(rule_files)
+        if not clean:
+            del cache[rule_files]
+            session.close()
+
+
 def _next_chunk(before: int, nodes: int, step: int, max_nodes: int, chunk: int) -> int:
     """Iterations to run next: up to ``chunk``, but no more than keep the e-graph within
     ``max_nodes`` if it goes on growing by the last ``step`` iterations' factor per iteration."""
@@ -167,6 +259,33 @@ def _next_chunk(before: int, nodes: int, step: int, max_nodes: int, chunk: int) 
     per_iteration = (nodes / max(before, 1)) ** (1 / step)
     fits = math.log(max_nodes / nodes) / math.log(per_iteration)
     return max(1, min(chunk, int(fits)))
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _in_memory_files() -> bool:
+    """Whether egglog can read rows from an in-memory file (Linux: memfd_create and /proc)."""
+    if not hasattr(os, "memfd_create"):
+        return False
+    try:
+        fd = os.memfd_create("shardproof-probe", os.MFD_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        _write_all(fd, b"probe\n")
+        with open(f"/proc/self/fd/{fd}", "rb") as f:
+            return f.read() == b"probe\n"
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+_IN_MEMORY = _in_memory_files()
 
 
 def _cell(v: object) -> str:

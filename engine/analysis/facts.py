@@ -32,7 +32,7 @@ class Facts:
 
 
 def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
-    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "inrange", "argpair", "argix", "extof", "gext", "gix", "athas", "argcand", "rot", "rterm", "rsum"])
+    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "gpart", "inrange", "argpair", "argix", "extof", "gext", "gix", "athas", "argcand", "rot", "lrot", "rterm", "rsum", "scof", "pad"])
     cls_of_value: dict[object, int] = {}
     classes: dict[int, int] = {}
     members: dict[int, list[int]] = {}
@@ -41,16 +41,36 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
         classes[int(gid)] = cid  # type: ignore[arg-type]
         members.setdefault(cid, []).append(int(gid))  # type: ignore[arg-type]
     rules: dict[tuple[int, int], str] = {}
+    scaled_rules: dict[tuple[object, object], str] = {}
     for x, xp, name in tables["via"]:
         if x in cls_of_value and xp in cls_of_value:
             rules.setdefault((cls_of_value[x], cls_of_value[xp]), str(name))
+        elif xp in cls_of_value:
+            scaled_rules.setdefault((x, xp), str(name))
+    # Scaled baseline values (rules/scaling.egg): the e-class of q·x -> (x, "num/den").
+    scaled: dict[object, tuple[object, str]] = {}
+    for s, x, num, den in tables["scof"]:
+        if s not in cls_of_value and x in cls_of_value:
+            scaled.setdefault(s, (x, str(num) if str(den) == "1" else f"{num}/{den}"))
     by_dist: dict[int, list[Fact]] = {}
 
     def add(x: object, xp: object, text: str, seed: str | None = None) -> None:
-        if x not in cls_of_value or xp not in cls_of_value:
+        if xp not in cls_of_value:
             return
+        scale = ""
+        if x not in cls_of_value:
+            if x not in scaled:
+                return
+            rule = scaled_rules.get((x, xp), "input")
+            x, scale = scaled[x]
+            num, _, den = scale.partition("/")
+            seed = seed.replace("{b}", f"(Sc (bigrat (bigint {num}) (bigint {den or 1})) {{b}})") if seed else seed
+            # Its own text, so that no check for a plain relation (an output's, the witness's
+            # seeding) takes it for one: it relates to scale·x, not to x.
+            text = f"{SCALED}{scale}) {text}"
         cx, cxp = cls_of_value[x], cls_of_value[xp]
-        rule = rules.get((cx, cxp), "input")
+        if not scale:
+            rule = rules.get((cx, cxp), "input")
         for dg in members[cxp]:
             if g.nodes[dg].side != "distributed":
                 continue
@@ -64,9 +84,11 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
         add(x, xp, f"partial({op})", f'(partial {{b}} {{d}} "{op}")')
     bijections: list[dict[str, object]] = []
     for x, xp, lkey, kind in tables["layout"]:
-        if lkey != "id" and x in cls_of_value and xp in cls_of_value:
+        if lkey != "id" and (x in cls_of_value or x in scaled) and xp in cls_of_value:
             ops = solver.describe(str(lkey))
             add(x, xp, f"layout({kind}, bijection=[{', '.join(ops)}])", f'(layout {{b}} {{d}} "{lkey}" "{kind}")')
+            if x not in cls_of_value:
+                continue
             bs = [m for m in members[cls_of_value[x]] if g.nodes[m].side == "baseline"]
             ds = [m for m in members[cls_of_value[xp]] if g.nodes[m].side == "distributed"]
             if bs and ds:
@@ -89,9 +111,14 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
         add_dist_only(xp, f"{VALUE_RANGE}[{lo}, {hi})", "slicing/value-range", f"(inrange {{d}} {lo} {hi})")
     for xp, k in tables["rdiv"]:
         add_dist_only(xp, f"floor(r/{k})", "slicing/rank-division", f"(rdiv {{d}} {k})")
+    for x, xp, d, w, z in tables["pad"]:
+        tail = "zeros" if int(z) else "any values"  # type: ignore[call-overload]
+        add(x, xp, f"padded(dim={d}, width={w}, tail={tail})", f"(pad {{b}} {{d}} {d} {w} {z})")
     for x, xp, d, k, e in tables["grp"]:
         where = f", block r mod {k} of {k} along dim {e}" if int(e) >= 0 else ""  # type: ignore[call-overload]
         add(x, xp, f"rank-group(block floor(r/{k}) along dim {d}{where})", f"(grp {{b}} {{d}} {d} {k} {e})")
+    for x, xp, d, k in tables["gpart"]:  # rules/scatter.egg
+        add(x, xp, f"rank-group partial sum(block floor(r/{k}) along dim {d}, summed over the {k} ranks of the group)", f"(gpart {{b}} {{d}} {d} {k})")
     for z, x, d, _size, n, mask in tables["lrd"]:
         # Only sums over blocks of a sharded tensor relate to the baseline (x is the baseline).
         blocks = [str(e) for e in range(int(n)) if int(mask) >> e & 1]  # type: ignore[call-overload]
@@ -128,6 +155,8 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
     # (rsum over all offsets) relates plainly, as dup.
     for x, xp, d, k in tables["rot"]:
         add(x, xp, f"block (r+{k}) mod c along dim {d}")
+    for x, xp, lkey, kind, k in tables["lrot"]:
+        add(x, xp, f"block (r+{k}) mod c ({kind}) under layout {lkey}")
     for x, xp, k, _a, _b, _tag in tables["rterm"]:
         add(x, xp, f"the term of block (r+{k}) mod c of a sum over blocks")
     for x, xp, m, _a, _b, _tag in tables["rsum"]:
@@ -170,6 +199,18 @@ def expected_text(b: Binding) -> str:
     return f"partial({r.op})"
 
 
+# A relation to a multiple of a baseline value (rules/scaling.egg): "scaled(4) partial(add)".
+SCALED = "scaled("
+
+
+def split_scaled(relation: str) -> tuple[str, str]:
+    """("4", "partial(add)") for "scaled(4) partial(add)"; ("", relation) for a plain one."""
+    if relation.startswith(SCALED):
+        scale, _, base = relation[len(SCALED) :].partition(") ")
+        return scale, base
+    return "", relation
+
+
 # A value range says nothing about the baseline: it never makes an instruction related.
 VALUE_RANGE = "value-range"
 
@@ -190,7 +231,8 @@ def describe(g: Graphs, facts: Facts, gid: int) -> str:
             parts.append(f.relation)
         else:
             bname = baseline_name(g, facts, f.baseline)
-            parts.append(f"{f.relation} of {bname}")
+            scale, base = split_scaled(f.relation)
+            parts.append(f"{base} of {scale}·{bname}" if scale else f"{f.relation} of {bname}")
     return "; ".join(parts)
 
 

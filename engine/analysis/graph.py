@@ -22,7 +22,15 @@ from .ops import (
     TERNARY_POINTWISE,
     UNARY_POINTWISE,
 )
+from .padded import PadTables, rows_pick, seed_pairs
 from .ranges import Ranges, fits_int
+from .scatter import (
+    SCATTER_TABLES,
+    group_partial_rows,
+    read_scatter,
+    scatter_group_factors,
+    scatter_rows,
+)
 from .signature import Sig, make_sig
 from .tables import GroupTables, Tables, custom_call_problem, merged_blocks
 
@@ -62,6 +70,7 @@ class Graphs:
     tables: Tables | None = None
     unsupported: list[Unsupported] = field(default_factory=list)
     ranges: dict[int, Ranges] = field(default_factory=dict)  # value ranges per module (id)
+    rank_params: set[str] = field(default_factory=set)  # the distributed rank inputs (in [0, c))
 
     def node(self, side: str, name: str) -> Node:
         return self.nodes[self.by_name[(side, name)]]
@@ -103,6 +112,8 @@ ROW_TABLES = (
     "litfint", "gatherpick", "repeatbc", "mergenext", "unitbcast", "keepsvals",
     "argred", "iotadim", "gteidx", "intwidento", "redone", "cmpeq", "affmove", "unitdim",
     "litrecip", "maskunflat", "catdim", "predtof",
+    "iotaval", "numconv", "gatherrows", "intshl", "padop", "truelit", "andop", "andreduce", "dusat", "farith", "fcmpop", "extop", "perrank",
+    *SCATTER_TABLES,
 )  # fmt: skip
 
 
@@ -112,9 +123,11 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
     ``folded`` names the (side, instruction) placeholders of folded layers (hlo.fold): nodes
     without signature or rows, related only by proofs of their own blocks."""
     g = Graphs(spec, baseline, distributed)
+    g.rank_params = set(rank_params)
     tables = Tables(spec.c)
     g.tables = tables
     groups = GroupTables(tables, _group_factors(distributed, spec.c))
+    pads = PadTables(tables, seed_pairs(_padded_inputs(spec, baseline), distributed.entry.instructions, spec.c))
     rows: dict[str, list[tuple[object, ...]]] = {k: [] for k in ROW_TABLES}
     rows["groupsize"] = [(spec.c,)]
     for d in range(8):
@@ -162,6 +175,7 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
             opnd_shapes = [g.nodes[o].ins.shape for o in operands]
             if ins.opcode == "constant":
                 _literal_rows(rows, gid, ins)
+                _rpos_tables(rows, ins, _literal_key(ins, gid), [], spec.c)
                 continue
             groups_ok = _groups_ok(ins, spec) if ins.opcode in COLLECTIVES else None
             sig = make_sig(ins, opnd_shapes, groups_ok)
@@ -192,7 +206,19 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
                 if bkey is not None:
                     rows["unitbcast"].append((key, bkey))
             _rank_tables(rows, side, node, sig, opnd_shapes, g, spec.c)
+            _rpos_tables(rows, ins, key, opnd_shapes, spec.c, side)
+            if side == "distributed" and ins.opcode == "gather" and len(opnd_shapes) == 2:
+                pick = rows_pick(ins, tuple(opnd_shapes[0].dims), tuple(opnd_shapes[1].dims), spec.c)
+                if pick is not None:  # rules/padded.egg
+                    tables.add("padrows", key, pick[0], pick[1], _shape_text(opnd_shapes[1].dtype, tuple(opnd_shapes[1].dims)))
             _arg_tables(rows, node, sig, opnd_shapes, module)
+            if ins.opcode == "scatter":
+                scatter_rows(rows, side, sig, ins, opnd_shapes, spec.c)  # rules/scatter.egg
+            if ins.opcode == "concatenate" and len(operands) == 1:
+                rows["catone"].append((key,))  # rules/scatter.egg
+            if side == "baseline" and groups.factors:
+                zeros = [g.nodes[o].ins.opcode == "constant" and _scalar_value(g.nodes[o].ins) == 0 for o in operands]
+                group_partial_rows(rows, sig, ins, [d for _, d in sig.ins], sig.out[1], groups.factors, spec.c, zeros)
             if ins.opcode == "custom-call" and ins.parsed.get("custom_call_target") in spec.custom_calls:
                 tables.custom_call(sig, spec.custom_calls[ins.parsed["custom_call_target"]], side == "baseline")
             if side == "baseline":
@@ -201,6 +227,7 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
                     init_ins = g.nodes[operands[1]].ins
                     init = _identity_of(init_ins, _scalar_value(init_ins))
                 tables.baseline(sig, ins, init, block_specs)
+                pads.baseline(sig, ins, bool(init) and ins.parsed.get("reducer") in init)
                 if groups.factors:
                     groups.baseline(sig, ins, [d for _, d in sig.ins], sig.out[1])
             elif ins.opcode == "collective-permute":
@@ -210,11 +237,26 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
     _mask_tables(rows, g)
     _unflat_mask_tables(rows, g)
     _round_trip_rows(rows, g)
+    for k in SCATTER_TABLES:
+        rows[k] = sorted(set(rows[k]), key=repr)
     rows.update({k: sorted(v, key=repr) for k, v in tables.rows.items()})
     for k in ("argred", "iotadim", "gteidx", "intwidento", "redone", "cmpeq", "affmove", "unitdim", "keepsvals", "itof", "ftoi", "fdivop", "floorop", "onelem", "intdiv", "litfint", "repeatbc", "mergenext", "intconv", "sliceblock", "fillop", "mulop", "addop", "prednefalse", "identlit", "litint", "zerolit", "intop", "intwiden", "cmpop", "orop", "boolconv", "selectop", "scalarbcast", "layoutop", "ew", "commutative"):
         rows[k] = sorted(set(rows[k]), key=repr)
     g.rows = rows
     return g
+
+
+def _padded_inputs(spec: RelationSpec, baseline: Module) -> list[tuple[int, int]]:
+    """(n, w) of every padded input: the baseline parameter's extent along dim, the width."""
+    out = []
+    params = {p.parameter_number: p for p in baseline.entry.parameters} | {p.name: p for p in baseline.entry.parameters}
+    for b in spec.inputs:
+        r = b.relation
+        if r.kind == "padded" and r.width and b.baseline is not None:
+            p = params.get(b.baseline if isinstance(b.baseline, int) else b.baseline.lstrip("%"))
+            if p is not None and r.dim is not None and r.dim < len(p.shape.dims):
+                out.append((p.shape.dims[r.dim], r.width))
+    return out
 
 
 def _round_trip_rows(rows: dict[str, list[tuple[object, ...]]], g: Graphs) -> None:
@@ -291,6 +333,8 @@ def _class_rows(rows: dict[str, list[tuple[object, ...]]], key: str, sig: Sig, i
         rows["addop"].append((key,))
     if op == "dot":
         rows["dotop"].append((key,))
+    if op == "pad":
+        rows["padop"].append((key,))  # rules/scaling.egg: a pad with zeros is linear
     if op == "slice":
         rows["sliceblock"].extend(_slice_blocks(key, ins, opnd[0].dims))
     if op == "broadcast" and opnd:
@@ -351,7 +395,10 @@ def _check_supported(g: Graphs, side: str, ins: Instruction, module: Module) -> 
             if problem:
                 unsupported(problem)
     if ins.opcode == "scatter":
-        unsupported("scatter has no rules yet")
+        shapes = [o.shape for o in (module.entry.get(x) for x in ins.operands) if o is not None]
+        form = read_scatter(ins, shapes)
+        if isinstance(form, str):
+            unsupported(form)
     if ins.opcode in COLLECTIVES and side == "baseline":
         unsupported("a collective in the baseline (single-device) graph")
     if ins.opcode in ("replica-id", "partition-id"):
@@ -369,7 +416,9 @@ def _fits_int(g: Graphs, module: Module, src: Instruction, dtype: str) -> bool:
     range analysis of analysis.ranges, one memo per module)."""
     ranges = g.ranges.get(id(module))
     if ranges is None or ranges.module is not module:
-        ranges = g.ranges[id(module)] = Ranges(module)
+        # The rank input of the distributed program is its index in the group: [0, c - 1].
+        seeds = {name: (0, g.spec.c - 1) for name in g.rank_params} if module is g.distributed else {}
+        ranges = g.ranges[id(module)] = Ranges(module, seeds)
     return fits_int(ranges, src, dtype)
 
 
@@ -489,7 +538,9 @@ def _rank_tables(rows: dict[str, list[tuple[object, ...]]], side: str, node: Nod
         sizes = list(p.get("slice_sizes", []))
         if (list(p.get("collapsed_slice_dims", [])) == [0] and list(p.get("start_index_map", [])) == [0]
                 and src and src[0] % c == 0 and sizes == [1, *src[1:]]
-                and p.get("index_vector_dim") == len(opnd[1].dims)):
+                and (p.get("index_vector_dim") == len(opnd[1].dims)
+                     # or an explicit index vector of one element (JAX: ids reshaped to [n, 1])
+                     or (opnd[1].dims and opnd[1].dims[-1] == 1 and p.get("index_vector_dim") == len(opnd[1].dims) - 1))):
             w = src[0] // c
             kp = sig.with_dims([(w, *src[1:]), opnd[1].dims]).key()
             rows["gathershard"].append((key, kp, w))
@@ -507,6 +558,98 @@ def _rank_tables(rows: dict[str, list[tuple[object, ...]]], side: str, node: Nod
                 d = moving[0]
                 if all(sizes[i] == src[i] for i in range(len(src)) if i != d) and sizes[d] * c == src[d]:
                     rows["dsliceat"].append((node.gid, node.operands[0], d, sizes[d], idx[d]))
+    elif op == "dynamic-update-slice" and side == "distributed" and len(node.operands) >= 3:
+        # dusat (rules/rankpos.egg): the update covers whole extents but along one dim d, where
+        # it is 1/c of the operand's, at a start that may move; every other start literal 0.
+        src, upd = opnd[0].dims, opnd[1].dims
+        idx = node.operands[2:]
+        if len(src) == len(upd) == len(idx):
+            moving = [i for i, o in enumerate(idx) if _scalar_value(g.nodes[o].ins) != 0 or g.nodes[o].ins.opcode != "constant"]
+            if len(moving) == 1:
+                d = moving[0]
+                if all(upd[i] == src[i] for i in range(len(src)) if i != d) and upd[d] * c == src[d]:
+                    rows["dusat"].append((node.gid, node.operands[0], node.operands[1], d, upd[d], idx[d]))
+
+
+def _shape_text(dtype: str, dims: tuple[int, ...]) -> str:
+    return f"{dtype}[{','.join(map(str, dims))}]"
+
+
+def _arange_start(ins: Instruction) -> int | None:
+    """b when the 1-D int constant ``ins`` is b, b+1, ..., b+n-1 (an arange literal)."""
+    if ins.shape.dtype not in INT_BITS or len(ins.shape.dims) != 1 or literal_is_elided(ins.literal):
+        return None
+    text = (ins.literal or "").strip()
+    if not (text.startswith("{") and text.endswith("}")):
+        return None
+    try:
+        vals = [int(v) for v in text[1:-1].replace(" ", "").split(",") if v]
+    except ValueError:
+        return None
+    if len(vals) != ins.shape.dims[0] or not vals or any(v != vals[0] + i for i, v in enumerate(vals)):
+        return None
+    return vals[0] if I64_MIN <= vals[0] <= I64_MAX else None
+
+
+def _rpos_tables(rows: dict[str, list[tuple[object, ...]]], ins: Instruction, key: str, opnd: list[Shape], c: int, side: str = "") -> None:
+    """Tables for rules/rankpos.egg: iota-like literals, exact converts from ints, row gathers
+    at rank positions and integer shift-lefts."""
+    op, out = ins.opcode, ins.shape
+    here = _shape_text(out.dtype, tuple(out.dims))
+
+    def per_rank(d: int) -> str:
+        n = out.dims[d]
+        return _shape_text(out.dtype, (*out.dims[:d], n // c, *out.dims[d + 1 :])) if n % c == 0 else "-"
+
+    if op in ("iota", "constant", "convert"):
+        for d, n in enumerate(out.dims):
+            if n % c == 0 and n > 0:
+                rows["perrank"].append((here, d, per_rank(d)))
+
+    if op == "iota" and out.dtype in INT_BITS and not out.is_tuple:
+        d = ins.parsed.get("iota_dimension")
+        if isinstance(d, int) and 0 <= d < len(out.dims) and out.dims[d] > 0:
+            rows["iotaval"].append((key, d, 0, out.dims[d], here))
+    elif op == "constant":
+        if out.dtype == "pred" and out.dims == () and (ins.literal or "").strip() == "true":
+            rows["truelit"].append((key,))
+        b = _arange_start(ins)
+        if b is not None:
+            rows["iotaval"].append((key, 0, b, out.dims[0], here))
+    elif op == "convert" and opnd and opnd[0].dtype in INT_BITS:
+        if out.dtype in INT_BITS:
+            rows["numconv"].append((key, *_int_range(out.dtype), here))
+        elif out.dtype in FLOAT_PRECISION:
+            p = 1 << FLOAT_PRECISION[out.dtype]
+            rows["numconv"].append((key, -p, p, here))
+    elif op == "and" and out.dtype == "pred":
+        rows["andop"].append((key,))
+    elif op == "reduce" and out.dtype == "pred" and ins.parsed.get("reducer") == "and":
+        rows["andreduce"].append((key,))
+    elif op in ("maximum", "minimum") and len(opnd) == 2 and opnd[0].dims == opnd[1].dims:
+        rows["extop"].append((key, "max" if op == "maximum" else "min"))  # rules/algebra.egg
+    elif op == "compare" and opnd and opnd[0].dtype in FLOAT_PRECISION and isinstance(ins.parsed.get("direction"), str):
+        rows["fcmpop"].append((key, ins.parsed["direction"]))
+    elif op in ("multiply", "add", "subtract") and out.dtype in FLOAT_PRECISION:
+        rows["farith"].append((key, op, 1 << FLOAT_PRECISION[out.dtype]))
+    elif op == "shift-left" and out.dtype in INT_BITS:
+        rows["intshl"].append((key, *_int_range(out.dtype)))
+    elif op == "gather" and side == "distributed" and len(opnd) == 2:
+        src, idx = opnd[0].dims, opnd[1].dims
+        p = ins.parsed
+        collapsed = list(p.get("collapsed_slice_dims", []))
+        if len(idx) != 1 or p.get("index_vector_dim") != 1 or len(collapsed) != 1 or list(p.get("start_index_map", [])) != collapsed:
+            return
+        d = collapsed[0]
+        w = idx[0]
+        if not 0 <= d < len(src) or src[d] != c * w or list(p.get("slice_sizes", [])) != [1 if i == d else n for i, n in enumerate(src)]:
+            return
+        # Rows kept in place: the gathered (batch) dim is output dim d, the others offset dims.
+        if list(p.get("offset_dims", [])) != [i for i in range(len(src)) if i != d] or tuple(out.dims) != tuple(w if i == d else n for i, n in enumerate(src)):
+            return
+        if p.get("operand_batching_dims") or p.get("start_indices_batching_dims"):
+            return
+        rows["gatherrows"].append((key, d, w, _shape_text(opnd[1].dtype, tuple(idx))))
 
 
 def _unit_reshape_broadcast(sig: Sig) -> str | None:
@@ -538,6 +681,10 @@ def _group_factors(distributed: Module, c: int) -> set[int]:
     comp = distributed.entry
     out = set()
     for ins in comp.instructions:
+        if ins.opcode == "scatter":
+            # Their backward (index_add of one element, rules/scatter.egg) may sit in a segment
+            # of its own, without the index_select.
+            out |= scatter_group_factors(ins, [x.shape for x in (comp.get(o) for o in ins.operands) if x is not None], c)
         if ins.opcode != "gather" or len(ins.operands) != 2:
             continue
         src, idx = (comp.get(o) for o in ins.operands)

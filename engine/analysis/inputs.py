@@ -89,5 +89,12 @@ def _check_shapes(path: str, b: Binding, bp: Instruction, dp: Instruction, c: in
         elif expect[d] % c:
             raise InputError(path, f"{b.key}.dim", f"dim {d} of {bs} does not divide by c={c}")
         expect[d] //= c
+    if rel.kind == "padded":
+        d, w = rel.dim or 0, rel.width or 0
+        if d >= len(expect):
+            raise InputError(path, f"{b.key}.dim", f"dim {d} is out of range for {bp.name}: {bs}")
+        if c * w < expect[d]:
+            raise InputError(path, f"{b.key}.width", f"width {w} over c={c} ranks covers {c * w} elements, fewer than the {expect[d]} of dim {d} of baseline {bp.name} ({bs})")
+        expect[d] = w
     if list(ds.dims) != expect:
         raise InputError(path, b.key, f"distributed {dp.name} is {ds}, but {rel.describe()} of baseline {bp.name} ({bs}) needs {bs.dtype}[{','.join(map(str, expect))}]")

@@ -8,7 +8,7 @@ from typing import Any
 from ..ir import Instruction
 from ..relations import RelationSpec
 from ..sourcemap import SourceMap, from_metadata
-from .facts import Facts, ancestors, baseline_name, describe, group_text, related
+from .facts import Facts, ancestors, baseline_name, describe, group_text, related, split_scaled
 from .graph import Graphs, Node
 from .ops import COLLECTIVES
 
@@ -24,7 +24,7 @@ def localize(spec: RelationSpec, g: Graphs, facts: Facts, outputs: list[dict[str
             continue
         if all(related(facts, o) for o in n.operands):
             out.append(_divergence(spec, g, facts, n, sm))
-    out = [_blame_layout(spec, g, facts, d, sm) for d in out]
+    out = [_blame_average(spec, g, facts, _blame_layout(spec, g, facts, d, sm), sm) for d in out]
     if not out:
         # Every distributed instruction relates to something, but an output has the wrong
         # relation (e.g. still a partial sum): blame the output instruction itself.
@@ -109,6 +109,34 @@ def _blame_layout(spec: RelationSpec, g: Graphs, facts: Facts, d: dict[str, Any]
     return d
 
 
+# The rule of rules/rankalgebra.egg that makes a duplicate divided by c a partial sum of itself.
+DUP_OVER_C = "rankalgebra/duplicate-over-c-sums-to-itself"
+
+
+def _blame_average(spec: RelationSpec, g: Graphs, facts: Facts, d: dict[str, Any], sm: SourceMap) -> dict[str, Any]:
+    """A missing reduction whose partial sum was made by dividing a value identical on every
+    rank by the group size c (x/c sums to x over the ranks) is blamed on that division: it is
+    right only before an all-reduce, and one that no all-reduce follows is an average taken
+    twice (DDP's mean applied to an already averaged gradient) or a reduction left out."""
+    hint = d.get("hint") or {}
+    if hint.get("kind") != "missing-reduction" or not hint.get("operand"):
+        return d
+    start = g.node("distributed", str(hint["operand"]).lstrip("%")).gid
+    origin = _origin(g, facts, start, "partial")
+    made = [f for f in facts.by_dist.get(origin, []) if f.relation == "partial(add)" and f.rule == DUP_OVER_C]
+    if not made or g.nodes[origin].ins.opcode != "divide":
+        return d
+    blamed = _divergence(spec, g, facts, g.nodes[origin], sm)
+    x = g.nodes[origin].operands[0]
+    blamed["cause"] = (f"this divides %{g.nodes[x].ins.name}, already identical on every rank, by the group size {spec.c}: each rank then holds 1/{spec.c} of it, "
+                       f"a partial sum that no all-reduce over {group_text(spec)} follows before {d['instruction']} ({d['opcode']}) uses it: the value is averaged twice, or the all-reduce after this division is missing")
+    blamed["frontier"] = d["instruction"]
+    # The division holds as a partial sum; the witness probes the frontier that misuses it.
+    blamed["probe"] = {"instruction": d["instruction"], "baseline_counterpart": d["baseline_counterpart"], "opcode": d["opcode"]}
+    blamed["hint"] = {"kind": "extra-average", "groups": spec.groups, "operand": "%" + g.nodes[x].ins.name}
+    return blamed
+
+
 def _divergence(spec: RelationSpec, g: Graphs, facts: Facts, n: Node, sm: SourceMap) -> dict[str, Any]:
     src = sm.source(n.ins) if sm else from_metadata(n.ins)
     return {
@@ -176,8 +204,11 @@ def _hint(spec: RelationSpec, g: Graphs, facts: Facts, n: Node) -> dict[str, Any
         return {"kind": "wrong-groups", "found": ins.parsed.get("replica_groups"), "expected": spec.groups}
     for o in n.operands:
         for f in facts.by_dist.get(o, []):
-            if f.relation.startswith("partial(") and ins.opcode not in COLLECTIVES:
-                return {"kind": "missing-reduction", "reducer": f.relation[len("partial(") : -1], "groups": spec.groups, "operand": "%" + g.nodes[o].ins.name}
+            base = split_scaled(f.relation)[1]  # a partial of a multiple misses its reduction too
+            if base == "partial(add)" and ins.opcode == "convert" and g.nodes[o].ins.shape.dtype != ins.shape.dtype:
+                return None  # a cast before the reduction (_cause): adding one would not fix it
+            if base.startswith("partial(") and ins.opcode not in COLLECTIVES:
+                return {"kind": "missing-reduction", "reducer": base[len("partial(") : -1], "groups": spec.groups, "operand": "%" + g.nodes[o].ins.name}
     if ins.opcode == "all-reduce" and any(f.relation == "duplicate" for o in n.operands for f in facts.by_dist.get(o, [])):
         return {"kind": "redundant-reduction", "groups": spec.groups}
     return None
@@ -212,9 +243,27 @@ def _cause(spec: RelationSpec, g: Graphs, facts: Facts, n: Node) -> str:
         for r in rs:
             if r.startswith("the sum of the terms of blocks"):  # rules/permute.egg, rsum
                 return f"operand {name(o)} is {r}, not all {spec.c} of them: a ring step is missing or repeated before this {ins.opcode}"
-            if r.startswith("partial"):
-                op = r[len("partial(") : -1]
-                return f"operand {name(o)} is a partial {'sum' if op == 'add' else op} over ranks {group}: a reduction (all-reduce) is missing before this {ins.opcode}"
+            scale, base = split_scaled(r)
+            if base.startswith("partial"):
+                op = base[len("partial(") : -1]
+                of = f" of {scale} times the baseline's value" if scale else ""
+                src = g.nodes[o].ins.shape.dtype
+                if ins.opcode == "convert" and op == "add" and src != ins.shape.dtype:
+                    # A cast does not commute with the sum (rounding each piece is not rounding
+                    # the total): a lossy cast placed before the all-reduce, not a missing one.
+                    return f"operand {name(o)} is a partial sum{of} over ranks {group}: this convert to {ins.shape.dtype} changes each rank's piece before the reduction, which the baseline never does (a {src} -> {ins.shape.dtype} cast does not commute with the sum)"
+                return f"operand {name(o)} is a partial {'sum' if op == 'add' else op}{of} over ranks {group}: a reduction (all-reduce) is missing before this {ins.opcode}"
+    for o, rs in rels.items():
+        for r in rs:
+            scale, base = split_scaled(r)
+            if scale:
+                return f"operand {name(o)} is {base} of {scale} times the baseline's value ({describe(g, facts, o)}): a scaling differs from the baseline (a mean over the rank's shard not divided back by the group size, or divided twice)"
+    padded = {o: [r for r in rs if r.startswith("padded(")] for o, rs in rels.items()}
+    if ins.opcode in ("dot", "reduce") and any(padded.values()) and not any("tail=zeros" in r for rs in padded.values() for r in rs):
+        # rules/padded.egg: a sum over a padded dim equals the baseline's only when one side's
+        # padding is zero (zero-padded weights); here no operand's padding is known to be.
+        what = "; ".join(f"{name(o)} is {rs[0]}" for o, rs in padded.items() if rs)
+        return f"this {ins.opcode} sums over padding whose values are not known to be zero ({what}): the padded heads or features leak into the result (pad one side with zeros, e.g. the weights, or mask the padding)"
     for o in n.operands:
         c = _dist_only_constant(g, facts, o)
         if c is not None:

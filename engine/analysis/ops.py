@@ -45,7 +45,8 @@ COLLECTIVES = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-a
 LEAVES = frozenset({"parameter", "constant", "iota", "replica-id", "partition-id"})
 
 # sort and get-tuple-element only obey the duplicate law (same op on identical inputs).
-KNOWN = UNARY_POINTWISE | BINARY_POINTWISE | TERNARY_POINTWISE | SHAPE_OPS | STRUCTURED | COLLECTIVES | LEAVES | {"tuple", "sort", "get-tuple-element"}
+WINDOW = frozenset({"reduce-window"})  # rules/window.egg
+KNOWN = UNARY_POINTWISE | BINARY_POINTWISE | TERNARY_POINTWISE | SHAPE_OPS | STRUCTURED | COLLECTIVES | LEAVES | WINDOW | {"tuple", "sort", "get-tuple-element"}
 
 # Attributes that never change the value an instruction computes. Not here, because they do:
 # is_stable (an unstable sort orders tied keys as it likes), indices_are_sorted and

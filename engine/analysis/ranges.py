@@ -88,9 +88,10 @@ def _safe(f: Callable[[float], float], x: float, below: float) -> float:
 class Ranges:
     """value_range with a memo, for one module."""
 
-    def __init__(self, module: Module) -> None:
+    def __init__(self, module: Module, seeds: dict[str, Range] | None = None) -> None:
+        """``seeds``: known ranges of entry parameters by name (the rank input: [0, c - 1])."""
         self.module = module
-        self.memo: dict[str, Range] = {}
+        self.memo: dict[str, Range] = dict(seeds or {})
 
     def of(self, ins: Instruction, depth: int = 0) -> Range:
         got = self.memo.get(ins.name)

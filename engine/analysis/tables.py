@@ -37,6 +37,8 @@ group size ``c``, computed here once per distinct signature and loaded as TSV ta
                              sharding group (dist signatures only).
 ``alltoall(k, t, L, K)``     array all-to-all k of a tensor sharded along t: layout L, kind K
                              (alltoall_layouts).
+``alltoalldim(k, s)``        k is an array all-to-all along dim s (split count c, the extent of
+                             s divisible by c) over the sharding groups in order.
 ``cpshift(k, m)``           collective-permute k shifts every group's ring by m (ring_shift).
 ``ccident(k)``, ``ccmoves(k, d, kp)``: custom-calls as the relations file declares them
                              (Tables.custom_call).
@@ -184,6 +186,8 @@ class Tables:
             self._pad_block(sig, k, [tuple(x) for x in pads], ins_dims[0], out, block_specs)
         elif op == "gather":
             self._gather(sig, k, ins, ins_dims, out)
+        elif op in ("reverse", "reduce-window"):
+            self._window(sig, k, ins, ins_dims, out)
         elif op == "concatenate":
             cat = (ins.parsed.get("dimensions") or [0])[0]
             sizes = [x[cat] for x in ins_dims]
@@ -413,6 +417,38 @@ class Tables:
         elif sig.opcode == "all-to-all" and len(dims) == 1 and len(sig.ins) == 1:
             for t, lkey in alltoall_layouts(sig.ins[0][1], dims[0], self.c):
                 self.add("alltoall", k, t, lkey, f"s:{dims[0]}")
+            if sig.ins[0][1][dims[0]] % self.c == 0:
+                self.add("alltoalldim", k, dims[0])
+
+    def _window(self, sig: Sig, k: str, ins: Instruction, ins_dims: list[Dims], out: Dims) -> None:
+        """rules/window.egg: revmoves(k, d, kp) reverse k leaves dim d in place (d not reversed);
+        winmoves(k, d, kp) reduce-window k (operand, init) has a trivial window along d (size
+        1, stride 1, no padding or dilation), so every index along d is computed on its own."""
+        c = self.c
+        if sig.opcode == "reverse" and len(ins_dims) == 1:
+            rev = set(ins.parsed.get("dimensions", []))
+            for d in range(len(out)):
+                s = scale(out, d, c)
+                if s and d not in rev:
+                    self.add("revmoves", k, d, sig.with_dims([s], s).key())
+            for o in ("add", "max", "min"):
+                self.add("lin1", k, o)  # a permutation of elements commutes with any reduction over ranks
+            return
+        if sig.opcode != "reduce-window" or len(ins_dims) != 2 or ins_dims[1] != () or ins_dims[0] != out:
+            return
+        window = ins.parsed.get("window")
+        if not isinstance(window, dict):
+            return
+        fields: dict[str, list[str]] = {}
+        for name, text in window.items():
+            fields[str(name)] = str(text).split("x")
+        if any(len(v) != len(out) for v in fields.values()) or set(fields) - {"size", "stride", "pad", "lhs_dilate", "rhs_dilate", "rhs_reversal"}:
+            return
+        trivial = {"size": "1", "stride": "1", "pad": "0_0", "lhs_dilate": "1", "rhs_dilate": "1", "rhs_reversal": "0"}
+        for d in range(len(out)):
+            s = scale(out, d, c)
+            if s and all(v[d] == trivial[name] for name, v in fields.items()):
+                self.add("winmoves", k, d, sig.with_dims([s, ()], s).key())
 
     def permute(self, sig: Sig, ins: Instruction, groups: list[list[int]]) -> None:
         pairs = ins.parsed.get("source_target_pairs") or []

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InputError, phase
+from ..gcpause import gc_paused
 from ..hlo.fold import Fold
 from ..hlo.normalize import normalize
 from ..hlo.shapecheck import check_module
@@ -16,7 +17,7 @@ from ..ir import Instruction, Module
 from ..relations import Binding, RelationSpec
 from ..sourcemap import SourceMap
 from . import folded, partition
-from .egg import ITERATIONS, LAYOUT_ROUNDS, NODES, SECONDS, RunStats, Session
+from .egg import ITERATIONS, LAYOUT_ROUNDS, NODES, SECONDS, RunStats, Session, fresh_session
 from .facts import Fact, Facts, carried_seeds, expected_text, public_bijections, read_facts
 from .graph import ELIDED_HINT, Graphs, Node, build, elided_constants
 from .inputs import check_inputs, outputs, param
@@ -86,6 +87,7 @@ class Result:
         }
 
 
+@gc_paused()
 def verify(spec: RelationSpec, baseline: Module, distributed: Module, sourcemap: SourceMap | None = None, budget: Budget | None = None, fold: Fold | None = None) -> Result:
     """Verify the pair. With ``fold`` (the modules were parsed from ``fold``'s texts), folded
     layers are related by proofs of their own blocks; a pair that does not cut where the fold
@@ -220,6 +222,9 @@ def _binding_seeds(b: Binding, bg: int | str, dg: int | str) -> list[str]:
         seeds.append(f'(sharded (N {bg}) (N {dg}) {rel.dim} "{",".join(map(str, rel.blocks))}")')
     elif rel.kind == "partial":
         seeds.append(f'(partial (N {bg}) (N {dg}) "{rel.op}")')
+    elif rel.kind == "padded":
+        # rules/padded.egg: zero-padded (z = 1), rank r holds [r·width, r·width + width).
+        seeds.append(f"(pad (N {bg}) (N {dg}) {rel.dim} {rel.width} 1)")
     if b.int_range is not None:
         # On a partial input the range bounds the baseline value (the sum, maximum or minimum
         # of the pieces; the witness draws it so), not the ranks' pieces.
@@ -230,16 +235,13 @@ def _binding_seeds(b: Binding, bg: int | str, dg: int | str) -> list[str]:
 
 def _solve(g: Graphs, seeds: list[str], solver: LayoutSolver, budget: Budget) -> tuple[Facts, RunStats]:
     """One e-graph: load g's rows and the seeds, saturate, read the facts back."""
-    session = Session()
-    try:
+    with fresh_session() as session:
         for table, rows in g.rows.items():
             session.load(table, rows)
         for seed in seeds:
             session.command(seed)
         stats = _saturate(session, g, solver, budget)
         return read_facts(session, g, solver), stats
-    finally:
-        session.close()
 
 
 def _solve_segments(spec: RelationSpec, g: Graphs, base: Module, dist: Module, segments: list[Segment], bound: list[tuple[Binding, Instruction | None, Instruction]], rank_params: set[str], solver: LayoutSolver, budget: Budget, fold: Fold | None = None, tokens: frozenset[str] = frozenset(), at: Callable[[str], None] = lambda where: None) -> tuple[Facts, RunStats, dict[str, Any]]:
@@ -248,6 +250,7 @@ def _solve_segments(spec: RelationSpec, g: Graphs, base: Module, dist: Module, s
     Folded layers are proven from their own blocks, once per class and input facts. ``at`` is
     told the layer being worked on (errors.Phase.at), so a crash names it."""
     sides = {"baseline": partition.Side(base), "distributed": partition.Side(dist)}
+    keep = {side: frozenset(fold.placeholders(side)) for side in ("baseline", "distributed")} if fold else None
     known = Facts({}, {}, {}, [])
     seen: set[tuple[int, str, frozenset[int]]] = set()
     # fingerprint -> [(canonical text, result)]: the text is compared in full, so two different
@@ -286,7 +289,7 @@ def _solve_segments(spec: RelationSpec, g: Graphs, base: Module, dist: Module, s
                         block_jobs[key] = (pool.submit(folded.prove, spec, fold, fl, seeds, rank_params, tokens, solver, budget, _solve), fl.label)
                     prepared.append((fl, key))
                     continue
-                prep = _prepare(spec, g, segments[i], sides, bound, known, rank_params, tokens)
+                prep = _prepare(spec, g, segments[i], sides, bound, known, rank_params, tokens, keep)
                 prepared.append(prep)
                 fp = partition.fingerprint(prep.text)
                 bucket = memo.setdefault(fp, [])
@@ -340,15 +343,48 @@ class _Prepared:
     seeds: list[str]
 
 
-def _prepare(spec: RelationSpec, g: Graphs, seg: Segment, sides: dict[str, partition.Side], bound: list[tuple[Binding, Instruction | None, Instruction]], known: Facts, rank_params: set[str], tokens: frozenset[str]) -> _Prepared:
+# A value read across a cut about which no proven fact is carried (nothing relates it to the
+# other side in this segment, or only facts that are not carried: masks, ranks' shifted ids) is
+# computed again inside the segment from its operands, up to PULL_STEPS instructions back and
+# at most PULL_MAX instructions a segment. Why: the two sides need not cut at the same point.
+# torch-xla materializes a view in the scope of its first consumer, so the distributed
+# program's transpose of the all-reduced embedding names layer 0 while the baseline's names the
+# embedding; cut there, the baseline's transpose reaches layer 0 as an opaque parameter that no
+# carried fact mentions, and the distributed transpose (of the all-reduce, which is a duplicate
+# of the baseline's *untransposed* value) has nothing to meet. Recomputing an instruction from
+# its (proven) operands is sound: it computes in the segment exactly what it computes in the
+# whole program, and the memo key holds it like any other instruction of the segment.
+PULL_STEPS = 2
+PULL_MAX = 64
+
+
+def _prepare(spec: RelationSpec, g: Graphs, seg: Segment, sides: dict[str, partition.Side], bound: list[tuple[Binding, Instruction | None, Instruction]], known: Facts, rank_params: set[str], tokens: frozenset[str], keep: dict[str, frozenset[str]] | None = None) -> _Prepared:
     """A segment pair's canonical text and seeds, from the whole-graph signatures; no e-graph
     rows are built unless the memo misses. Local ids follow build()'s order: baseline first.
 
     The text is the memo key, so it holds every fact the proof reads about what the segment
     reads: each parameter's role (the rank: build() gives it the rank row; a token), the seeds
     of every input binding it reads (relations and integer ranges), and the proven facts
-    carried across the cut (rank-affine, ranges, relations)."""
-    views = (sides["baseline"].view(seg.baseline), sides["distributed"].view(seg.distributed))
+    carried across the cut (rank-affine, ranges, relations), and every instruction computed
+    again from across the cut (PULL_STEPS). ``keep``: per side, instructions never computed
+    again (placeholders of folded layers, which only their block's proof relates)."""
+    names = {"baseline": list(seg.baseline), "distributed": list(seg.distributed)}
+    pulled = 0
+    for step in range(PULL_STEPS + 1):
+        prep, orphans = _prepare_views(g, names, sides, bound, known, rank_params, tokens)
+        fresh = {side: sorted(o - (keep or {}).get(side, frozenset())) for side, o in orphans.items()}
+        count = sum(map(len, fresh.values()))
+        if step == PULL_STEPS or count == 0 or pulled + count > PULL_MAX:
+            return prep
+        pulled += count
+        for side, extra in fresh.items():
+            names[side] += extra
+    raise AssertionError("unreachable")
+
+
+def _prepare_views(g: Graphs, names: dict[str, list[str]], sides: dict[str, partition.Side], bound: list[tuple[Binding, Instruction | None, Instruction]], known: Facts, rank_params: set[str], tokens: frozenset[str]) -> tuple[_Prepared, dict[str, set[str]]]:
+    """The segment holding ``names``, and per side the boundary values no carried fact mentions."""
+    views = (sides["baseline"].view(names["baseline"]), sides["distributed"].view(names["distributed"]))
     to_global: list[int] = []
     pos: dict[tuple[str, str], int] = {}
     lines: list[str] = []
@@ -376,15 +412,26 @@ def _prepare(spec: RelationSpec, g: Graphs, seg: Segment, sides: dict[str, parti
                 seeds.append(f"(inrange (N {pos[('distributed', dp.name)]}) {int(b.int_range[0])} {int(b.int_range[1])})")
             continue
         seeds.extend(_binding_seeds(b, pos[("baseline", bp.name)], pos[("distributed", dp.name)]))
-    def b_local(m: int) -> str | None:
-        at = pos.get(("baseline", g.nodes[m].ins.name)) if g.nodes[m].side == "baseline" else None
-        return None if at is None else str(at)
+    mentioned: set[str] = set()
 
+    def b_local(m: int) -> str | None:
+        name = g.nodes[m].ins.name
+        at = pos.get(("baseline", name)) if g.nodes[m].side == "baseline" else None
+        if at is None:
+            return None
+        mentioned.add(name)
+        return str(at)
+
+    orphans: dict[str, set[str]] = {"baseline": set(), "distributed": set()}
     for name in views[1].boundary:
-        seeds.extend(carried_seeds(known, g.by_name[("distributed", name)], str(pos[("distributed", name)]), b_local))
+        carried = carried_seeds(known, g.by_name[("distributed", name)], str(pos[("distributed", name)]), b_local)
+        if not carried:
+            orphans["distributed"].add(name)
+        seeds.extend(carried)
+    orphans["baseline"] = views[0].boundary - mentioned
     seeds = sorted(set(seeds))
     text = "\n".join(lines) + "\n--\n" + "\n".join(seeds)
-    return _Prepared(views, to_global, text, seeds)
+    return _Prepared(views, to_global, text, seeds), orphans
 
 
 class Progress:

@@ -13,6 +13,9 @@
   not ``diverged`` but ``unproven``, naming where the rules stopped and why the witness could
   not run. (Compiled modules are executed flattened, engine.witness.flat; a worker killed by an
   XLA abort is retried once on the flattened texts.)
+- ``inconclusive`` with a frontier (the rules stopped at an opcode whose rules are partial:
+  all-to-all, collective-permute, custom-call, ...): probed like ``diverged``; a confirmed
+  difference makes it ``diverged`` (evidence in hand), otherwise it stays ``inconclusive``.
 - ``--witness always``: a verified pair is executed too; a difference is a soundness error of
   the tool (verdict ``error``), never a pass.
 """
@@ -51,6 +54,8 @@ def relations_doc(spec: RelationSpec) -> dict[str, Any]:
                 e["blocks"] = list(b.relation.blocks)
         if b.relation.kind == "partial":
             e["op"] = b.relation.op
+        if b.relation.kind == "padded":
+            e["dim"], e["width"] = b.relation.dim, b.relation.width
         if b.int_range is not None:
             e["int_range"] = list(b.int_range)
         return e
@@ -81,6 +86,14 @@ def _portable(path: str) -> str:
         if (root / ".git").exists():
             return full.relative_to(root).as_posix()
     return path
+
+
+def _probed(d: dict[str, Any]) -> dict[str, Any]:
+    """The instruction whose values tell whether a divergence is real: itself, or for one blamed
+    on the division that made an unreduced average (analysis.localize._blame_average, which
+    holds as a partial sum) the frontier instruction that uses it (``d["probe"]``)."""
+    probe = d.get("probe")
+    return probe if isinstance(probe, dict) else d
 
 
 def _counterpart(d: dict[str, Any]) -> str | None:
@@ -128,13 +141,17 @@ def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict
     from ..witness.service import WitnessCrashed, call
 
     options = options or WitnessOptions()
+    # An inconclusive verdict with a frontier: the rules stopped at an opcode whose rules are
+    # partial (verify.PARTIAL_RULES: all-to-all, collective-permute, custom-call, ...). The
+    # frontier is probed like a divergence's; a confirmed difference makes it `diverged`.
+    gap = result.verdict == INCONCLUSIVE and bool(result.divergences)
     if result.verdict == DIVERGED:  # a difference is likely: compile the f64 recheck up front
         options = dataclasses.replace(options, prefetch_recheck=True)
     t0 = time.perf_counter()
     doc = relations_doc(spec)
     probes = []
-    if result.verdict == DIVERGED:
-        probes = [Probe(d["instruction"].lstrip("%"), _counterpart(d) or _collective_partner(result, d)) for d in result.divergences]
+    if result.verdict == DIVERGED or gap:
+        probes = [Probe(_probed(d)["instruction"].lstrip("%"), _counterpart(_probed(d)) or _collective_partner(result, _probed(d))) for d in result.divergences]
     w: dict[str, Any] = {"status": "skipped", "reason": "", "seeds": [], "trials": 0, "seconds": 0.0, "command": command(paths, spec.path, options.seeds[0]), "outputs": []}
     result.witness = w
     try:
@@ -199,6 +216,12 @@ def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict
         if result.verdict == DIVERGED:
             _label(result, probes, confirmed=True)
             result.reason += f"; confirmed numerically: {w['reason']}"
+        elif gap:
+            # Evidence in hand (contract: `diverged` needs a witness, and here it is): the
+            # outputs differ, whatever the rules could not relate. The frontier says where.
+            _label(result, probes, confirmed=True)
+            result.verdict = DIVERGED
+            result.reason = f"{_stop(result)}; confirmed numerically: {w['reason']}"
         elif result.verdict in (UNSUPPORTED, INCONCLUSIVE):
             result.reason += f" (the witness finds the outputs different: {w['reason']})"
         return result
@@ -229,7 +252,7 @@ def _label(result: Result, probes: list[Any], confirmed: bool) -> None:
     """kind and numeric of each divergence; the ones that really differ first."""
     by_name = {p.distributed: p for p in probes}
     for d in result.divergences:
-        p = by_name.get(d["instruction"].lstrip("%"))
+        p = by_name.get(_probed(d)["instruction"].lstrip("%"))
         d["numeric"] = None if p is None or p.holds is None else {"holds": bool(p.holds), "detail": p.detail}
         if p is not None and p.holds is None and p.detail:
             d["numeric"] = None

@@ -550,6 +550,8 @@ def _relations(request: BuildRequest, decl: Model, plan: Plan, base: Side, dist:
         if b is None:
             raise DeclarationError(f"parameter {name!r} is used per rank but not by the baseline; the two programs must compute the same function")
         fields = [f"relation: {rel.relation}"]
+        if rel.relation == "padded":
+            fields += [f"dim: {rel.dim}", f"width: {rel.width}"]
         if rel.relation == "sharded":
             fields.append(f"dim: {rel.dim}")
             if rel.blocks:

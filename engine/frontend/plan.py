@@ -14,6 +14,11 @@ expert               dim 0 (stacked expert weights)  dim 0
 {shard: d}           dim d                           dim d
 ==================== ============================== ==================================
 
+``{"style": ..., "padded": true}`` (or ``{"shard": d, "padded": true}``): the sharded dim does
+not divide over the ranks, so each rank holds a block of w of the baseline extended with zeros
+to c·w (attention heads or FFN features padded to a multiple of the group size, as Neuron does);
+w is the per-rank extent the distributed module really has.
+
 ``{"style": ..., "blocks": [...]}`` marks a fused weight (QKV, gate+up) whose sharded dim is a
 concatenation of blocks, each sharded on its own. Every derived relation is checked against the
 two shapes the modules really have, so a plan that does not describe the code is an error
@@ -43,18 +48,22 @@ class Style:
     kind: str  # one of STYLES, or "shard"
     dim: int | None = None
     blocks: tuple[int, ...] = ()
+    padded: bool = False
 
 
 @dataclass(frozen=True)
 class ParamRelation:
     """How one parameter is held by the ranks."""
 
-    relation: str  # duplicate | sharded
+    relation: str  # duplicate | sharded | padded
     dim: int | None = None
     blocks: tuple[int, ...] = ()
     source: str = ""  # the plan key that decided it ("" = default: replicated)
+    width: int | None = None  # padded: the per-rank extent along dim
 
     def describe(self) -> str:
+        if self.relation == "padded":
+            return f"padded along dim {self.dim} to width {self.width} per rank"
         if self.relation == "sharded":
             blocks = f", blocks {list(self.blocks)}" if self.blocks else ""
             return f"sharded along dim {self.dim}{blocks}"
@@ -67,9 +76,14 @@ def parse_style(key: str, value: Any) -> Style:
             raise PlanError(key, f"expected one of {', '.join(STYLES)} or {{shard: DIM}}, got {value!r}")
         return Style(value)
     if isinstance(value, Mapping):
-        extra = set(value) - {"style", "shard", "blocks"}
+        extra = set(value) - {"style", "shard", "blocks", "padded"}
         if extra:
-            raise PlanError(key, f"unknown key {sorted(extra)[0]!r}; expected style, shard, blocks")
+            raise PlanError(key, f"unknown key {sorted(extra)[0]!r}; expected style, shard, blocks, padded")
+        padded = value.get("padded", False)
+        if not isinstance(padded, bool):
+            raise PlanError(key, f"padded: expected true or false, got {padded!r}")
+        if padded and value.get("blocks"):
+            raise PlanError(key, "padded and blocks do not go together (pad each block's weight on its own)")
         blocks = value.get("blocks") or ()
         if not isinstance(blocks, Sequence) or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in blocks):
             raise PlanError(key, f"blocks: expected a list of positive block sizes, got {blocks!r}")
@@ -79,11 +93,11 @@ def parse_style(key: str, value: Any) -> Style:
             dim = value["shard"]
             if not isinstance(dim, int) or isinstance(dim, bool) or dim < 0:
                 raise PlanError(key, f"shard: expected a dimension >= 0, got {dim!r}")
-            return Style("shard", dim, tuple(blocks))
+            return Style("shard", dim, tuple(blocks), padded)
         style = parse_style(key, value["style"])
-        if blocks and style.kind in ("replicate", "sequence_parallel"):
-            raise PlanError(key, f"blocks apply to a sharded style, not {style.kind}")
-        return Style(style.kind, style.dim, tuple(blocks))
+        if (blocks or padded) and style.kind in ("replicate", "sequence_parallel"):
+            raise PlanError(key, f"{'blocks' if blocks else 'padded'} apply to a sharded style, not {style.kind}")
+        return Style(style.kind, style.dim, tuple(blocks), padded)
     raise PlanError(key, f"expected a style name or a mapping, got {value!r}")
 
 
@@ -176,6 +190,18 @@ def relation_for(
         return ParamRelation("duplicate", source=key)
     if dim >= len(full):
         raise PlanError(key, f"{param!r} has {len(full)} dim(s); {style.kind} shards dim {dim}")
+    if style.padded:
+        w = local[dim] if len(local) == len(full) else 0
+        want_other = tuple(n for i, n in enumerate(full) if i != dim)
+        if len(local) != len(full) or tuple(n for i, n in enumerate(local) if i != dim) != want_other or w < 1 or c * w < full[dim]:
+            raise PlanError(
+                key,
+                f"{param!r} is {style.kind} padded along dim {dim} over {c} ranks, so each rank should hold "
+                f"w >= {-(-full[dim] // c)} along dim {dim} and the baseline's extents elsewhere ({list(full)}), but the distributed module holds {list(local)}",
+            )
+        # Also when c·w is exactly the extent (no padding): the layout the code declared, which
+        # its other padded tensors (a rank's own rows of replicated KV heads) are related by.
+        return ParamRelation("padded", dim, (), key, w)
     blocks = style.blocks
     if blocks and sum(blocks) != full[dim]:
         raise PlanError(key, f"blocks {list(blocks)} of {param!r} sum to {sum(blocks)}, but dim {dim} has {full[dim]} (the {leaf})")

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..analysis.partition import layer_label
+from ..gcpause import gc_paused
 from .parser import (
     _CALL_KEYS,
     _FAST_ATTR,
@@ -247,7 +248,8 @@ class _Ins:
     refs: list[str]  # operands, then the computations the line calls
     op_name: str
     root: bool
-    body: str  # canonical text after the opcode: operands (with shapes) or literal, verbatim
+    body: list[str]  # the text after the name and shape (opcode and operands, or the literal),
+    # split at operand names: text, name, text, ..., text (names without their '%')
     attrs: list[_Attr]  # canonical attribute pieces (_read_attrs)
     meta: str  # the metadata value as written ("" when none)
     commented: bool  # a comment sat on the line: never folded (the parser reads it otherwise)
@@ -347,11 +349,22 @@ def _without_comments(text: str) -> str | None:
         return None
 
 
+# _read_attrs by the attribute text it read: a reading is a function of that text alone, and
+# half the lines of a deep model repeat another line's attributes, metadata included.
+_RESTS: dict[str, tuple[list[_Attr], str, str, list[str]] | None] = {}
+
+
 def _read_line(line: str) -> tuple[re.Match[str], tuple[list[_Attr], str, str, list[str]]] | None:
     m = _LINE.match(line)
     if m is None:
         return None
-    got = _read_attrs(m.group(9))
+    rest = m.group(9)
+    got = _RESTS.get(rest, False)
+    if got is False:
+        got = _read_attrs(rest)
+        if len(_RESTS) > 200_000:
+            _RESTS.clear()
+        _RESTS[rest] = got
     return None if got is None else (m, got)
 
 
@@ -409,7 +422,8 @@ def _scan(text: str, op_name: Callable[[str, str], str]) -> _Side | None:
         _, root, name, shape, literal_op, literal, opcode, args, _rest = m.groups()
         if name in instructions or name in comps:
             return None
-        operands = _ARG_NAME.findall(args) if args else []
+        body = _ARG_NAME.split(f"{opcode}({args})") if args else [f"{literal_op}({literal})" if literal_op else f"{opcode}()"]
+        operands = body[1::2]
         for r in operands:
             if r not in instructions:
                 return None  # used before its definition (or never defined): the parser says where
@@ -419,7 +433,6 @@ def _scan(text: str, op_name: Callable[[str, str], str]) -> _Side | None:
             if c not in comps:
                 return None  # the parser says which computation is missing
         roots += bool(root)
-        body = f"{literal_op}({literal})" if literal_op else f"{opcode}({args})"
         commented = original is not lines and original[ln] != line
         instructions[name] = _Ins(ln, name, shape, literal_op or opcode, operands, operands + callees, op_name(name, raw_op_name), bool(root), body, attrs, meta, commented)
     if not instructions or roots > 1:
@@ -436,17 +449,22 @@ def _label(side: _Side, pattern: re.Pattern[str]) -> None:
     an operand; leaves and literal cones have none (they are copied into each block)."""
     cone: set[str] = set()
     for ins in side.instructions.values():
-        if ins.opcode in ("constant", "iota") or (ins.operands and ins.opcode != "parameter" and all(o in cone for o in ins.operands)):
+        if ins.opcode in ("constant", "iota") or (ins.operands and ins.opcode != "parameter" and cone.issuperset(ins.operands)):
             cone.add(ins.name)
     side.copied = cone | {n for n, ins in side.instructions.items() if ins.opcode in COPIED_LEAVES}
     explicit: dict[str, int] = {}
+    label = side.label
     for ins in side.instructions.values():
         if ins.opcode in LEAF_OPS or ins.name in cone:
             continue
-        inherited = max((side.label[o] for o in ins.operands if o in side.label), default=-1)
-        if ins.op_name not in explicit:
-            explicit[ins.op_name] = layer_label(ins.op_name, pattern)  # backward layers: reversed
-        side.label[ins.name] = max(explicit[ins.op_name], inherited)
+        k = explicit.get(ins.op_name)
+        if k is None:
+            k = explicit[ins.op_name] = layer_label(ins.op_name, pattern)  # backward layers: reversed
+        for o in ins.operands:  # never earlier than an operand
+            got = label.get(o)
+            if got is not None and got > k:
+                k = got
+        label[ins.name] = k
 
 
 class _Canon:
@@ -522,19 +540,22 @@ class _Canon:
         ext: dict[str, str] = {}
         ins = self.side.instructions
 
-        def sub(a: re.Match[str]) -> str:
-            ref = a.group(1)
-            new = local.get(ref)
-            if new is None:
-                new = ext.get(ref)
-                if new is None:
-                    new = ext[ref] = f"%E{len(ext)}"
-            return new
-
         out = []
         for name in closure:
             i = ins[name]
-            body = _ARG_NAME.sub(sub, i.body) if i.operands else i.body
+            if len(i.body) == 1:
+                body = i.body[0]
+            else:
+                pieces = list(i.body)
+                for j in range(1, len(pieces), 2):
+                    ref = pieces[j]
+                    new = local.get(ref)
+                    if new is None:
+                        new = ext.get(ref)
+                        if new is None:
+                            new = ext[ref] = f"%E{len(ext)}"
+                    pieces[j] = new
+                body = "".join(pieces)
             out.append(f"{'ROOT ' if i.root else ''}{local[name]} = {i.shape} {body}{self.attrs(i.attrs)}")
         return "\n".join(out), list(ext)
 
@@ -556,16 +577,19 @@ def _closure(side: _Side, block: list[str]) -> list[str]:
             continue
         own.add(o)
         stack.extend(x for x in side.instructions[o].operands if x not in own)
-    return sorted(own, key=lambda x: side.instructions[x].line)
+    ins = side.instructions
+    return sorted(own, key=lambda x: ins[x].line)
 
 
 def _outputs(side: _Side, blocks: dict[int, list[str]]) -> dict[int, list[str]]:
     """Block instructions read by an instruction of another layer (or the ROOT itself)."""
     used: set[str] = set()
+    label = side.label
     for ins in side.instructions.values():
-        k = side.label.get(ins.name)
+        k = label.get(ins.name)
         for o in ins.operands:
-            if o in side.label and side.label[o] != k:
+            got = label.get(o)
+            if got is not None and got != k:
                 used.add(o)
         if ins.root:
             used.add(ins.name)
@@ -616,6 +640,7 @@ def _blank_unused_computations(side: _Side, lines: list[str], kept: list[str], o
                 lines[ln] = ""
 
 
+@gc_paused()
 def fold(baseline: str, distributed: str, op_names: dict[str, Callable[[str, str], str]], pattern: str, paths: dict[str, str] | None = None, min_layers: int = 2) -> Fold | None:
     """Fold the layers of the pair that repeat an earlier layer; None when nothing folds (or
     the texts are not in the regular form this pass reads)."""
@@ -682,7 +707,9 @@ def fold(baseline: str, distributed: str, op_names: dict[str, Callable[[str, str
         # Copied leaves only folded layers read: blank them too (the parser would only pay).
         # Never the result (the ROOT, or the last instruction when none is written).
         needed: set[str] = set()
-        for name in sorted(kept_names, key=lambda x: -s.instructions[x].line):
+        for name in reversed(s.instructions):  # text order, last line first
+            if name not in kept_names:
+                continue
             ins = s.instructions[name]
             if name in s.copied and name in covered and not ins.root and ins.opcode != "parameter" and name not in needed:
                 lines[ins.line] = ""

@@ -6,7 +6,9 @@ and why:
   before, ``tok * gather(result)`` after, the token being a scalar parameter that holds 0). Only
   parameters the relations file declares as tokens are stripped; the "after" side is dead code.
 - ``split_tuples``: a multi-operand all-reduce returns a tuple; split it into one all-reduce per
-  operand (identical semantics) and resolve ``get-tuple-element(tuple(...))``.
+  operand (identical semantics) and resolve ``get-tuple-element(tuple(...))``. A tuple
+  all-to-all (XLA:CPU's own form of every array all-to-all) becomes one array all-to-all
+  (``tuple_all_to_all``).
 - ``fold_noops``: drop converts to the same type, copies, identity transposes/reshapes/broadcasts, and
   collapse reshape∘reshape and transpose∘transpose chains (row-major reshapes compose exactly).
 - ``dce``: keep only instructions the root depends on.
@@ -108,10 +110,15 @@ def strip_tokens(comp: Computation, tokens: frozenset[str]) -> Computation:
         return comp
     by = {i.name: i for i in comp.instructions}
 
-    def is_token(name: str) -> bool:
+    def is_token(name: str, depth: int = 0) -> bool:
         ins = by[name]
         while ins.opcode in ("broadcast", "reshape", "convert") and ins.operands:
             ins = by[ins.operands[0]]
+        if ins.opcode == "multiply" and len(ins.operands) == 2 and depth < 8:
+            # tok * v is 0 too (torch-xla's `tok * gather(result)` fed into the next
+            # collective's `x + broadcast(...)`): exact for ints, and for floats in the model
+            # of README "Semantics", which excludes infinities and NaN (0 * inf is NaN).
+            return any(is_token(o, depth + 1) for o in ins.operands)
         return ins.opcode == "parameter" and ins.name in tokens
 
     alias: dict[str, str] = {}
@@ -133,6 +140,7 @@ def split_tuples(comp: Computation) -> Computation:
     alias: dict[str, str] = {}
     pieces: dict[str, list[str]] = {}
     by = {i.name: i for i in comp.instructions}
+    made: set[str] = set()  # array all-to-alls made from tuple ones
     for ins in comp.instructions:
         ins.operands = [alias.get(o, o) for o in ins.operands]
         if ins.opcode == "all-reduce" and ins.shape.is_tuple and len(ins.operands) == len(ins.shape.tuple_shapes):
@@ -144,6 +152,23 @@ def split_tuples(comp: Computation) -> Computation:
                 names.append(piece.name)
             pieces[ins.name] = names
             continue
+        if ins.opcode == "all-to-all" and ins.shape.is_tuple:
+            split = tuple_all_to_all(ins, by)
+            if split is not None:
+                out.extend(split[0])
+                by.update((i.name, i) for i in split[0])
+                made.update(i.name for i in split[0] if i.opcode == "all-to-all")
+                pieces[ins.name] = split[1]
+                continue
+        if ins.opcode == "concatenate" and made:
+            whole = _whole_again(ins, by)
+            if whole in made:
+                # XLA:CPU concatenates the received pieces again: concatenating every piece
+                # of x along d in order is x.
+                alias[ins.name] = whole
+                if ins.is_root:
+                    by[whole].is_root = True
+                continue
         if ins.opcode == "tuple":
             pieces[ins.name] = list(ins.operands)
         if ins.opcode == "get-tuple-element" and ins.operands and ins.operands[0] in pieces and ins.tuple_index is not None:
@@ -154,6 +179,107 @@ def split_tuples(comp: Computation) -> Computation:
         out.append(ins)
     _rewire(out, alias)
     return Computation(comp.name, out, comp.is_entry, comp.loc)
+
+
+def _whole_again(cat: Instruction, by: dict[str, Instruction]) -> str | None:
+    """x when the concatenate ``cat`` along d joins slices of x that cover x along d in order
+    (every other dim whole, stride 1): then it is x."""
+    dims = cat.parsed.get("dimensions") or []
+    srcs = [by.get(o) for o in cat.operands]
+    if len(dims) != 1 or any(s is None or s.opcode != "slice" or len(s.operands) != 1 for s in srcs) or len({s.operands[0] for s in srcs}) != 1:  # type: ignore[union-attr]
+        return None
+    x = by.get(srcs[0].operands[0])  # type: ignore[union-attr]
+    d = dims[0]
+    if x is None or x.shape.is_tuple or x.shape.dims != cat.shape.dims or x.shape.dtype != cat.shape.dtype:
+        return None
+    at = 0
+    for s in srcs:
+        b = [tuple(v) for v in s.parsed.get("slice", [])]  # type: ignore[union-attr]
+        if len(b) != len(x.shape.dims) or any(b[k] != (0, w, 1) for k, w in enumerate(x.shape.dims) if k != d) or b[d][0] != at or b[d][2] != 1:
+            return None
+        at = b[d][1]
+    return x.name if at == x.shape.dims[d] else None
+
+
+def _pieces_of(ins: Instruction, by: dict[str, Instruction]) -> tuple[str, int] | None:
+    """(x, d) when operand i of ``ins`` is exactly slice i of n equal contiguous pieces of x
+    along d (every other dim whole, stride 1): how XLA:CPU splits an array all-to-all."""
+    n = len(ins.operands)
+    srcs = [by.get(o) for o in ins.operands]
+    if any(s is None or s.opcode != "slice" or len(s.operands) != 1 for s in srcs) or len({s.operands[0] for s in srcs}) != 1:  # type: ignore[union-attr]
+        return None
+    x = by.get(srcs[0].operands[0])  # type: ignore[union-attr]
+    if x is None or x.shape.is_tuple:
+        return None
+    dims = x.shape.dims
+    bounds = [[tuple(b) for b in s.parsed.get("slice", [])] for s in srcs]  # type: ignore[union-attr]
+    cut = [k for k in range(len(dims)) if any(b[k] != (0, dims[k], 1) for b in bounds if len(b) == len(dims))]
+    if any(len(b) != len(dims) for b in bounds) or len(cut) != 1 or dims[cut[0]] % n:
+        return None
+    d, m = cut[0], dims[cut[0]] // n
+    if any(b[d] != (i * m, (i + 1) * m, 1) for i, b in enumerate(bounds)):
+        return None
+    return x.name, d
+
+
+def tuple_all_to_all(ins: Instruction, by: dict[str, Instruction]) -> tuple[list[Instruction], list[str]] | None:
+    """A tuple all-to-all as array instructions: (new instructions, the name of each element).
+
+    XLA's semantics (HloAllToAllInstruction; XLA refuses several operands with ``dimensions``,
+    so that form is left alone): a group of n devices exchanges n operands, operand i goes to
+    the i-th device of the group and result element i is what the i-th device sent, i.e.
+    element i on device j is operand j of device i. XLA:CPU writes every array all-to-all so,
+    its operands the n pieces of one array (``_pieces_of``): that is the array all-to-all of the
+    array. Otherwise stacking the operands along a new leading dim (reshape to [1, ...], concatenate)
+    makes that the array all-to-all along dim 0 (piece i of the stack to device i, received
+    pieces stacked in group order), and element i is slice i of its result. Only moves
+    elements: exact for every dtype. None (kept as is, reported unsupported) when the operands
+    do not all have the result elements' one shape or the groups are not all of n devices."""
+    shapes = ins.shape.tuple_shapes
+    n = len(ins.operands)
+    if n != len(shapes) or n < 1:
+        return None
+    origin = ins.origin or ins.name
+    if ins.parsed.get("dimensions"):
+        return None
+    groups = ins.parsed.get("replica_groups") or []
+    one = shapes[0]
+    if not groups or any(len(g) != n for g in groups) or any(s.is_tuple or s.dims != one.dims or s.dtype != one.dtype for s in shapes):
+        return None
+
+    def make(name: str, opcode: str, shape: Shape, operands: list[str], parsed: dict | None = None, attrs: dict | None = None) -> Instruction:
+        return replace(ins, name=name, opcode=opcode, shape=shape, operands=operands, parsed=parsed or {}, attrs=attrs or {}, is_root=False, origin=origin)
+
+    cut = _pieces_of(ins, by)
+    if cut is not None:
+        # Operand i is piece i of x along d (XLA:CPU's own split): the array all-to-all along
+        # d of x sends piece i to device i and concatenates the received pieces along d in
+        # group order, so element i is piece i of its result.
+        x, d = cut
+        whole = by[x].shape
+        exchanged = make(f"{ins.name}.array", "all-to-all", Shape(whole.dtype, whole.dims), [x], dict(ins.parsed, dimensions=[d]), dict(ins.attrs, dimensions="{" + str(d) + "}"))
+        new = [exchanged]
+        m = whole.dims[d] // n
+        for k in range(n):
+            bounds = [(k * m, (k + 1) * m, 1) if j == d else (0, w, 1) for j, w in enumerate(whole.dims)]
+            text = "{" + ", ".join(f"[{a}:{b}]" for a, b, _ in bounds) + "}"
+            new.append(make(f"{ins.name}.{k}", "slice", Shape(one.dtype, one.dims), [exchanged.name], {"slice": bounds}, {"slice": text}))
+        return new, [i.name for i in new[1:]]
+    stacked = Shape(one.dtype, (n, *one.dims))
+    unit = Shape(one.dtype, (1, *one.dims))
+    full = "".join(f", [0:{d}]" for d in one.dims)
+    new = [make(f"{ins.name}.in{k}", "reshape", unit, [o]) for k, o in enumerate(ins.operands)]
+    new.append(make(f"{ins.name}.stack", "concatenate", stacked, [i.name for i in new], {"dimensions": [0]}, {"dimensions": "{0}"}))
+    exchanged = make(f"{ins.name}.array", "all-to-all", stacked, [new[-1].name], dict(ins.parsed, dimensions=[0]), dict(ins.attrs, dimensions="{0}"))
+    new.append(exchanged)
+    names = []
+    for k in range(n):
+        bounds = [(k, k + 1, 1), *((0, d, 1) for d in one.dims)]
+        sl = make(f"{ins.name}.slice{k}", "slice", unit, [exchanged.name], {"slice": bounds}, {"slice": "{" + f"[{k}:{k + 1}]" + full + "}"})
+        el = make(f"{ins.name}.{k}", "reshape", Shape(one.dtype, one.dims), [sl.name])
+        new += [sl, el]
+        names.append(el.name)
+    return new, names
 
 
 def fold_noops(comp: Computation) -> Computation:
@@ -197,12 +323,17 @@ def fold_noops(comp: Computation) -> Computation:
 
 
 def unit_dim_broadcasts(comp: Computation) -> Computation:
-    """broadcast(reshape(y)) where the reshape only inserts size-1 dims becomes broadcast(y):
-    a size-1 operand dim can only map onto a size-1 result dim, which a new broadcast dim
-    fills the same way. Graphs that spell a per-rank extent of 1 with a reshape (one head per
-    rank) then meet the baseline's broadcast."""
+    """broadcast(reshape(y)) where the reshape only inserts or removes size-1 dims becomes a
+    broadcast whose operand has no size-1 dims: of y itself when y has none, else of one
+    reshape of y to its other dims (``<reshape>.squeeze``). Such a reshape keeps the elements
+    and the order of the other dims, and a size-1 operand dim maps onto a result dim that does
+    not depend on its index, which a new broadcast dim fills the same way: exact for every
+    dtype. Graphs that spell a per-rank extent of 1 with a reshape (one head per rank, RoPE's
+    [s, 1, 1, d] frequencies viewed as [s, 1, d] on the rank and [s, d] in the baseline) then
+    meet the baseline's broadcast."""
     comp = _clone(comp)
     by = {i.name: i for i in comp.instructions}
+    squeezes: dict[str, Instruction] = {}  # reshape name -> its squeezed copy, placed after it
     for ins in comp.instructions:
         if ins.opcode != "broadcast" or not ins.operands:
             continue
@@ -211,11 +342,19 @@ def unit_dim_broadcasts(comp: Computation) -> Computation:
             continue
         inner = by[src.operands[0]].shape.dims
         kept = [i for i, d in enumerate(src.shape.dims) if d != 1]
-        if tuple(src.shape.dims[i] for i in kept) != tuple(inner) or len(kept) == src.shape.rank:
+        squeezed = tuple(src.shape.dims[i] for i in kept)
+        if squeezed != tuple(d for d in inner if d != 1) or len(kept) == src.shape.rank:
             continue
         dims = list(ins.parsed.get("dimensions", []))
         ins.parsed = dict(ins.parsed, dimensions=[dims[i] for i in kept])
-        ins.operands = [src.operands[0]]
+        if squeezed == tuple(inner):
+            ins.operands = [src.operands[0]]
+            continue
+        if src.name not in squeezes:
+            squeezes[src.name] = replace(src, name=f"{src.name}.squeeze", shape=Shape(src.shape.dtype, squeezed), is_root=False, origin=src.origin or src.name)
+        ins.operands = [squeezes[src.name].name]
+    if squeezes:
+        return Computation(comp.name, [x for ins in comp.instructions for x in ([ins, squeezes[ins.name]] if ins.name in squeezes else [ins])], comp.is_entry, comp.loc)
     return comp
 
 

@@ -25,6 +25,7 @@ from itertools import product
 from typing import Any, NoReturn
 
 from ..errors import HloParseError, InputError
+from ..gcpause import gc_paused
 from ..ir import ELEMENT_TYPES, Computation, Instruction, Location, Metadata, Module, Shape
 from .literals import LiteralError, read_scalar, scalar_text
 from .meshgroups import MeshGroupError, mesh_groups
@@ -1108,6 +1109,7 @@ class _Parser:
         )
 
 
+@gc_paused()
 def parse_hlo(text: str, path: str = "<string>") -> Module:
     """Parse HLO module text; ``path`` is only used in locations and error messages."""
     return _Parser(text, path).module()

@@ -8,6 +8,8 @@ inputs. ``inputs`` entries (parameter number, or name with or without ``%``):
 - ``sharded`` (``dim``, optional ``blocks``): rank r gets the r-th of c equal pieces along
   ``dim``; with ``blocks`` the dim is a concatenation of blocks and rank r gets the r-th piece
   of each block, concatenated in block order;
+- ``padded`` (``dim``, ``width``): the baseline input extended with zeros along ``dim`` to
+  c·width elements, and rank r gets elements [r·width, (r+1)·width) of that;
 - ``rank`` (distributed only): integer scalar holding the rank's index in its group;
 - ``token`` (distributed only): torch-xla's collective token, 0 at program start;
 - ``partial`` (``op``: ``add`` (default), ``max`` or ``min``): rank r gets a random piece and
@@ -27,7 +29,7 @@ import numpy as np
 
 from .runtime import Param, Program
 
-INPUT_RELATIONS = ("duplicate", "sharded", "rank", "partial", "token")
+INPUT_RELATIONS = ("duplicate", "sharded", "rank", "partial", "token", "padded")
 
 
 def is_float(dt: np.dtype) -> bool:
@@ -91,6 +93,16 @@ def split(x: np.ndarray, dim: int, c: int, blocks: Sequence[int] | None, what: s
             pieces[r].append(x[tuple(idx)])
         start += b
     return [np.concatenate(p, axis=dim) if len(p) > 1 else p[0] for p in pieces]
+
+
+def padded_pieces(x: np.ndarray, dim: int, c: int, width: Any, what: str) -> list[np.ndarray]:
+    """Rank r's piece of x zero-padded along dim to c·width: elements [r·width, (r+1)·width)."""
+    if not isinstance(width, int) or isinstance(width, bool) or width < 1 or c * width < x.shape[dim]:
+        raise ValueError(f"{what}: width {width!r} over {c} ranks does not cover dim {dim} of size {x.shape[dim]}")
+    pad = [(0, 0)] * x.ndim
+    pad[dim] = (0, c * width - x.shape[dim])
+    full = np.pad(x, pad)  # zeros of x's dtype (False for pred)
+    return [np.take(full, range(r * width, (r + 1) * width), axis=dim) for r in range(c)]
 
 
 def partial_pieces(rng: np.random.Generator, base: np.ndarray, c: int, op: str) -> list[np.ndarray]:
@@ -196,6 +208,8 @@ def make_inputs(base: Program, dist: Program, relations: dict[str, Any], groups:
                     pieces = [x] * c
                 elif rel == "sharded":
                     pieces = split(x, norm_dim(e.get("dim"), x.ndim, f"inputs[{k}]"), c, e.get("blocks"), f"inputs[{k}]")
+                elif rel == "padded":
+                    pieces = padded_pieces(x, norm_dim(e.get("dim"), x.ndim, f"inputs[{k}]"), c, e.get("width"), f"inputs[{k}]")
                 else:
                     pieces = partial_pieces(rng, x, c, str(e.get("op", "add")))
             for r, gid in enumerate(g):

@@ -32,11 +32,15 @@ class ColumnParallelLinear(nn.Module):
     here, as Megatron-LM does, so the gather is paid once per layer input.
     """
 
-    def __init__(self, in_features: int, out_features: int, ps: Parallel, bias: bool = False) -> None:
+    def __init__(self, in_features: int, out_features: int, ps: Parallel, bias: bool = False, pad_unit: int = 0) -> None:
         super().__init__()
         self.ps = ps
-        self.weight = nn.Parameter(torch.empty(ps.shard(out_features, "output features"), in_features))
-        self.bias = nn.Parameter(torch.empty(ps.shard(out_features, "output features"))) if bias else None
+        # pad_unit > 0: the output features (units of pad_unit: a head's width, or 1) do not
+        # divide over the ranks; each rank holds its block of them padded with zero rows to a
+        # multiple of the degree (plan: padded).
+        local = ps.padded(out_features // pad_unit) * pad_unit if pad_unit else ps.shard(out_features, "output features")
+        self.weight = nn.Parameter(torch.empty(local, in_features))
+        self.bias = nn.Parameter(torch.empty(local)) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
         x = gather_sequence(x, self.ps) if self.ps.sequence_parallel else copy_to_region(x, self.ps)
@@ -48,11 +52,13 @@ class RowParallelLinear(nn.Module):
     """y = x W^T with W split along its input features: each rank holds a partial sum of y,
     reduced across the group (all-reduce, or reduce-scatter along the sequence under SP)."""
 
-    def __init__(self, in_features: int, out_features: int, ps: Parallel, bias: bool = False, reduce: bool = True) -> None:
+    def __init__(self, in_features: int, out_features: int, ps: Parallel, bias: bool = False, reduce: bool = True, pad_unit: int = 0) -> None:
         super().__init__()
         self.ps = ps
         self.reduce = reduce
-        self.weight = nn.Parameter(torch.empty(out_features, ps.shard(in_features, "input features")))
+        # pad_unit > 0: the input features padded with zero columns, in units of pad_unit.
+        local = ps.padded(in_features // pad_unit) * pad_unit if pad_unit else ps.shard(in_features, "input features")
+        self.weight = nn.Parameter(torch.empty(out_features, local))
         self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:

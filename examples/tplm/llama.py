@@ -44,6 +44,12 @@ class LlamaConfig:
     # Fewer KV heads than ranks: every rank keeps the whole KV projection and uses the KV head
     # its query heads share. Set for the baseline too, so both have the same parameters.
     replicate_kv: bool = False
+    # Heads that do not divide over the ranks (Mixtral-8x22B's 48 at TP 32), as Neuron lays them
+    # out: query heads padded to a multiple of the degree (zero weights), the KV projection
+    # replicated, and each rank picks the KV head of each of its query heads. pad_ffn: the FFN
+    # features padded likewise. Set for the baseline too, so both have the same parameters.
+    pad_heads: bool = False
+    pad_ffn: bool = False
     experts: int = 0  # > 0: a mixture of experts replaces the MLP (Mixtral)
     top_k: int = 2
     bug_layer: int = -1  # >= 0: the per-rank build's bug variant reaches this decoder layer only
@@ -61,9 +67,16 @@ class Attention(nn.Module):
         super().__init__()
         self.cfg, self.ps = cfg, ps
         hd = cfg.head_dim
-        self.n_local = ps.shard(cfg.heads, "attention heads")
-        self.replicated_kv = cfg.replicate_kv
-        if self.replicated_kv:
+        self.padded_heads = cfg.pad_heads
+        self.n_local = ps.padded(cfg.heads) if cfg.pad_heads else ps.shard(cfg.heads, "attention heads")
+        self.replicated_kv = cfg.replicate_kv and not cfg.pad_heads
+        if self.padded_heads:
+            # Every query head of the rank gets its own KV head (rep 1); ranks past the last
+            # real head hold only padding.
+            self.kv_local = self.n_local
+            self.q = ColumnParallelLinear(cfg.hidden, cfg.heads * hd, ps, pad_unit=hd)
+            self.kv = nn.Linear(cfg.hidden, 2 * cfg.kv_heads * hd, bias=False)
+        elif self.replicated_kv:
             self.kv_local = 1 if ps.tp > 1 else cfg.kv_heads
             self.q = ColumnParallelLinear(cfg.hidden, cfg.heads * hd, ps)
             self.kv = nn.Linear(cfg.hidden, 2 * cfg.kv_heads * hd, bias=False)
@@ -76,13 +89,19 @@ class Attention(nn.Module):
                 self.q = ColumnParallelLinear(cfg.hidden, cfg.heads * hd, ps)
                 self.k = ColumnParallelLinear(cfg.hidden, cfg.kv_heads * hd, ps)
                 self.v = ColumnParallelLinear(cfg.hidden, cfg.kv_heads * hd, ps)
-        self.out = RowParallelLinear(cfg.heads * hd, cfg.hidden, ps, reduce=not ps.has("missing_attn_allreduce"))
+        self.out = RowParallelLinear(cfg.heads * hd, cfg.hidden, ps, reduce=not ps.has("missing_attn_allreduce"), pad_unit=hd if cfg.pad_heads else 0)
+        if cfg.pad_heads and ps.has("padded_head_leak"):
+            # The rank pads its output projection by repeating the last head's columns instead
+            # of zeros: its whole weight replicated, its columns picked by position.
+            self.out = nn.Linear(cfg.heads * hd, cfg.hidden, bias=False)
         if cfg.qk_norm:
             self.q_norm = RMSNorm(hd, cfg.eps)
             self.k_norm = RMSNorm(hd, cfg.eps)
 
     def _project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         hd, ps = self.cfg.head_dim, self.ps
+        if self.padded_heads:
+            return self._project_padded(x)
         if self.replicated_kv:
             q = self.q(x)
             s, b = q.shape[:2]
@@ -108,6 +127,33 @@ class Attention(nn.Module):
         else:
             q = q.reshape(s, b, self.n_local, hd)
         return q, k.reshape(s, b, self.kv_local, hd), v.reshape(s, b, self.kv_local, hd)
+
+    def _project_padded(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q of the rank's w query heads (padding past the last head), and the KV head of each:
+        the replicated KV heads expanded to one per query head (Llama's repeat_kv), of which
+        the rank takes rows r·w .. r·w + w - 1 (past the last head the gather clamps to it:
+        those heads' values meet zero output weights)."""
+        cfg, ps, hd = self.cfg, self.ps, self.cfg.head_dim
+        q = self.q(x)
+        s, b = q.shape[:2]
+        kv = F.linear(x if not ps.sequence_parallel else gather_sequence(x, ps), self.kv.weight)
+        kv = kv.reshape(s, b, 2, cfg.kv_heads, hd)
+        group = cfg.heads // cfg.kv_heads
+        if ps.has("padded_kv_index"):
+            kv = kv.repeat(1, 1, 1, group, 1)  # BUG-SITE: padded_kv_index
+        else:
+            kv = kv.repeat_interleave(group, dim=3)  # query head h uses KV head h // group
+        if ps.tp > 1:
+            heads = ps.rank * self.n_local + torch.arange(self.n_local, device=x.device)
+            kv = torch.index_select(kv, 3, heads)
+        return q.reshape(s, b, self.n_local, hd), kv[:, :, 0], kv[:, :, 1]
+
+    def _out_padded_leak(self, ctx: Tensor) -> Tensor:
+        ps, width = self.ps, ctx.shape[-1]
+        # Columns past the last head clamp to it, so the padded heads add the last head's
+        # projection of their (nonzero) contexts.
+        cols = torch.index_select(self.out.weight, 1, ps.rank * width + torch.arange(width, device=ctx.device))
+        return all_reduce_sum(F.linear(ctx, cols), ps)  # BUG-SITE: padded_head_leak
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         cfg, ps = self.cfg, self.ps
@@ -139,6 +185,8 @@ class Attention(nn.Module):
         scores = scores.masked_fill(~causal, torch.finfo(scores.dtype).min)
         ctx = torch.einsum("bgrst,bgtd->bgrsd", torch.softmax(scores, dim=-1), v)
         ctx = ctx.permute(3, 0, 1, 2, 4).reshape(s, b, self.n_local * hd)
+        if cfg.pad_heads and ps.has("padded_head_leak"):
+            return self._out_padded_leak(ctx)
         return self.out(ctx)
 
 
@@ -147,13 +195,16 @@ class MLP(nn.Module):
 
     def __init__(self, cfg: LlamaConfig, ps: Parallel) -> None:
         super().__init__()
-        self.ps, self.fused = ps, cfg.fused
-        if cfg.fused:
+        # Padded FFN features (they do not divide over the ranks): separate gate and up, each
+        # padded with zero rows, down with zero columns; silu(0)·0 = 0 on the padding.
+        self.ps, self.fused = ps, cfg.fused and not cfg.pad_ffn
+        unit = 1 if cfg.pad_ffn else 0
+        if self.fused:
             self.gate_up = ColumnParallelLinear(cfg.hidden, 2 * cfg.ffn, ps)
         else:
-            self.gate = ColumnParallelLinear(cfg.hidden, cfg.ffn, ps)
-            self.up = ColumnParallelLinear(cfg.hidden, cfg.ffn, ps)
-        self.down = RowParallelLinear(cfg.ffn, cfg.hidden, ps)
+            self.gate = ColumnParallelLinear(cfg.hidden, cfg.ffn, ps, pad_unit=unit)
+            self.up = ColumnParallelLinear(cfg.hidden, cfg.ffn, ps, pad_unit=unit)
+        self.down = RowParallelLinear(cfg.ffn, cfg.hidden, ps, pad_unit=unit)
 
     def forward(self, x: Tensor) -> Tensor:
         gate, up = self.gate_up(x).chunk(2, dim=-1) if self.fused else (self.gate(x), self.up(x))

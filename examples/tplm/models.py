@@ -15,9 +15,9 @@ from shardproof.engine.frontend.declare import BuildContext, Input, Model
 
 from .decode import SplitKVDecode
 from .llama import Llama, LlamaConfig
-from .moe import expert_parallel
+from .moe import AllToAllMoE, expert_parallel
 from .parallel import Parallel
-from .ring import RingMLP
+from .ring import RingAttention, RingMLP
 from .train import DataParallelTrainStep, TrainStep
 from .ulysses import UlyssesAttention
 
@@ -25,7 +25,7 @@ LLAMA_BUGS = (
     "missing_attn_allreduce", "redundant_mlp_allreduce", "sp_norm_precision", "rotary_precision",
     "head_split_axis", "bsh_logits_layout", "qk_norm_after_rope", "qkv_slice_offset",
     "attn_scale_one_rank", "moe_wrong_groups", "moe_missing_allreduce", "ce_on_gathered_logits",
-    "loss_scaled_by_tp",
+    "loss_scaled_by_tp", "padded_head_leak", "padded_kv_index",
 )  # fmt: skip
 # Bugs outside the decoder layers: ``bug_layer`` cannot confine them to one layer.
 MODEL_LEVEL_BUGS = ("bsh_logits_layout", "ce_on_gathered_logits", "loss_scaled_by_tp")
@@ -34,6 +34,8 @@ TRAIN_BUGS = ("sp_norm_grad_missing", "sp_norm_grad_twice", "sp_norm_grad_wrong_
 DP_TRAIN_BUGS = ("dp_grad_missing", "dp_grad_scaled_twice")
 ULYSSES_BUGS = ("ulysses_batch_split",)
 RING_BUGS = ("ring_step_off_by_one",)
+MOE_A2A_BUGS = ("moe_a2a_expert_owner",)
+RING_ATTN_BUGS = ("ring_attn_step_off_by_one",)
 
 
 def _variant(ctx: BuildContext, known: tuple[str, ...]) -> str | None:
@@ -44,32 +46,42 @@ def _variant(ctx: BuildContext, known: tuple[str, ...]) -> str | None:
 
 def _llama_config(ctx: BuildContext) -> LlamaConfig:
     kv_heads = ctx.knob("kv_heads", 4)
+    heads, ffn, experts = ctx.knob("heads", 8), ctx.knob("ffn", 128), ctx.knob("experts", 0)
     return LlamaConfig(
         vocab=ctx.knob("vocab", 256),
         hidden=ctx.knob("hidden", 64),
         layers=ctx.knob("layers", 2),
-        heads=ctx.knob("heads", 8),
+        heads=heads,
         kv_heads=kv_heads,
-        ffn=ctx.knob("ffn", 128),
+        ffn=ffn,
         seq=ctx.knob("seq", 16),
         batch=ctx.knob("batch", 2),
         qk_norm=ctx.knob("qk_norm", False),
         fused=ctx.knob("fused", True),
-        experts=ctx.knob("experts", 0),
+        experts=experts,
         top_k=ctx.knob("top_k", 2),
         replicate_kv=kv_heads < ctx.tp,
+        # Neuron's layout when heads (or KV heads, neither dividing nor divided by the degree)
+        # or FFN features do not divide over the ranks: pad them (tplm.llama).
+        pad_heads=heads % ctx.tp != 0 or (kv_heads % ctx.tp != 0 and ctx.tp % kv_heads != 0),
+        pad_ffn=not experts and ffn % ctx.tp != 0,
     )
 
 
-def llama_plan(cfg: LlamaConfig, tp: int, prefix: str = "") -> dict[str, Any]:
+def llama_plan(cfg: LlamaConfig, tp: int, prefix: str = "", bug: str | None = None) -> dict[str, Any]:
     """The sharding plan of :class:`~tplm.llama.Llama` (``prefix``: its path in a wrapper)."""
     hd = cfg.head_dim
     plan: dict[str, Any] = {
-        f"{prefix}layers.*.attn.out": "rowwise",
+        f"{prefix}layers.*.attn.out": {"style": "rowwise", "padded": True} if cfg.pad_heads else "rowwise",
         f"{prefix}layers.*.attn_norm": "sequence_parallel",
         f"{prefix}layers.*.mlp_norm": "sequence_parallel",
     }
-    if cfg.replicate_kv:
+    if cfg.pad_heads:
+        plan[f"{prefix}layers.*.attn.q"] = {"style": "colwise", "padded": True}
+        plan[f"{prefix}layers.*.attn.kv"] = "replicate"
+        if bug == "padded_head_leak":
+            plan[f"{prefix}layers.*.attn.out"] = "replicate"
+    elif cfg.replicate_kv:
         plan[f"{prefix}layers.*.attn.q"] = "colwise"
         plan[f"{prefix}layers.*.attn.kv"] = "replicate"
     elif cfg.fused:
@@ -85,12 +97,17 @@ def llama_plan(cfg: LlamaConfig, tp: int, prefix: str = "") -> dict[str, Any]:
         plan[f"{prefix}layers.*.mlp.gate_up"] = {"shard": 1, "blocks": [cfg.ffn, cfg.ffn]}
         plan[f"{prefix}layers.*.mlp.down"] = {"shard": 2}
     else:
-        if cfg.fused:
+        if cfg.pad_ffn:
+            plan[f"{prefix}layers.*.mlp.gate"] = {"style": "colwise", "padded": True}
+            plan[f"{prefix}layers.*.mlp.up"] = {"style": "colwise", "padded": True}
+            plan[f"{prefix}layers.*.mlp.down"] = {"style": "rowwise", "padded": True}
+        elif cfg.fused:
             plan[f"{prefix}layers.*.mlp.gate_up"] = {"style": "colwise", "blocks": [cfg.ffn, cfg.ffn]}
+            plan[f"{prefix}layers.*.mlp.down"] = "rowwise"
         else:
             plan[f"{prefix}layers.*.mlp.gate"] = "colwise"
             plan[f"{prefix}layers.*.mlp.up"] = "colwise"
-        plan[f"{prefix}layers.*.mlp.down"] = "rowwise"
+            plan[f"{prefix}layers.*.mlp.down"] = "rowwise"
     return plan
 
 
@@ -115,7 +132,7 @@ def llama(ctx: BuildContext) -> Model:
     inputs = [Input("tokens", (cfg.batch, cfg.seq), ids, int_range=(0, cfg.vocab))]
     if loss:
         inputs.append(Input("targets", (cfg.batch, cfg.seq), ids, int_range=(0, cfg.vocab)))
-    plan = {"embed": "rowwise", "norm": "sequence_parallel", "head": "colwise", **llama_plan(cfg, ctx.tp)}
+    plan = {"embed": "rowwise", "norm": "sequence_parallel", "head": "colwise", **llama_plan(cfg, ctx.tp, bug=bug)}
     return Model(
         baseline=Llama(cfg, Parallel()),
         distributed=lambda rank: Llama(cfg, Parallel(ctx.tp, rank, ctx.groups, sp, bug)),
@@ -211,4 +228,37 @@ def ring_mlp(ctx: BuildContext) -> Model:
         inputs=[Input("x", (seq, batch, hidden))],
         plan={"up": "colwise", "down": "rowwise"},
         description="tensor-parallel MLP with a ring all-reduce of collective-permutes",
+    )
+
+
+def moe_alltoall(ctx: BuildContext) -> Model:
+    """Expert-parallel MoE with an all-to-all token dispatcher and combiner over
+    sequence-sharded tokens (Megatron-LM's alltoall dispatcher, DeepSpeed-MoE)."""
+    bug = _variant(ctx, MOE_A2A_BUGS)
+    hidden, ffn = ctx.knob("hidden", 64), ctx.knob("ffn", 128)
+    experts, top_k = ctx.knob("experts", 8), ctx.knob("top_k", 2)
+    batch, seq = ctx.knob("batch", 2), ctx.knob("seq", 8)
+    return Model(
+        baseline=AllToAllMoE(hidden, ffn, experts, top_k, Parallel()),
+        distributed=lambda rank: AllToAllMoE(hidden, ffn, experts, top_k, Parallel(ctx.tp, rank, ctx.groups, bug=bug)),
+        inputs=[Input("x", (seq, batch, hidden), shard=0)],
+        plan={"router": "replicate", "gate_up": "expert", "down": "expert"},
+        outputs=[{"shard": 0}],
+        description="expert-parallel MoE, all-to-all dispatch to the experts' ranks and all-to-all combine",
+    )
+
+
+def ring_attention(ctx: BuildContext) -> Model:
+    """Ring attention (context parallelism): sequence-sharded queries, key/value blocks passed
+    around the ring by collective-permutes, online-softmax accumulation over the ring steps."""
+    bug = _variant(ctx, RING_ATTN_BUGS)
+    hidden, heads = ctx.knob("hidden", 64), ctx.knob("heads", 8)
+    batch, seq = ctx.knob("batch", 2), ctx.knob("seq", 8)
+    return Model(
+        baseline=RingAttention(hidden, heads, Parallel()),
+        distributed=lambda rank: RingAttention(hidden, heads, Parallel(ctx.tp, rank, ctx.groups, bug=bug)),
+        inputs=[Input("x", (seq, batch, hidden), shard=0)],
+        plan={name: "replicate" for name in ("q", "k", "v", "out")},
+        outputs=[{"shard": 0}],
+        description="ring attention: K/V blocks around the ring, online softmax over the steps",
     )

@@ -29,6 +29,7 @@ from .parallel import (
     Parallel,
     all_reduce_max,
     all_reduce_sum,
+    all_to_all,
     gather_sequence,
     reduce_scatter_sequence,
 )
@@ -95,3 +96,64 @@ class MoE(nn.Module):
         if self.ps.has("moe_missing_allreduce"):
             return out
         return all_reduce_sum(out, self.ps, self._groups())  # BUG-SITE: moe_wrong_groups
+
+
+class AllToAllMoE(nn.Module):
+    """Expert parallelism with an all-to-all token dispatcher and combiner (Megatron-LM's
+    ``alltoall`` dispatcher, DeepSpeed-MoE): ``(s/c, b, h) -> (s/c, b, h)``.
+
+    Activations are sharded along the sequence (dim 0) and every rank routes its own tokens
+    with the replicated router over all experts. Dispatch is capacity-based with a capacity of
+    every local token per expert (nothing is dropped, so the shapes are static and the baseline
+    is the same code at degree 1): slot t of expert e holds token t when it chose e, zeros
+    otherwise. An all-to-all sends expert e's slots to the rank owning e (contiguous blocks of
+    ``experts / c``, the ``expert`` plan style), which runs its experts on the tokens of every
+    rank; a second all-to-all returns each token's expert outputs to the rank it came from,
+    where they are weighted by the gates and summed.
+    """
+
+    def __init__(self, hidden: int, ffn: int, experts: int, top_k: int, ps: Parallel) -> None:
+        super().__init__()
+        self.ps = ps
+        self.experts, self.top_k = experts, top_k
+        self.local = ps.shard(experts, "experts")
+        self.router = nn.Parameter(torch.empty(experts, hidden))
+        self.gate_up = nn.Parameter(torch.empty(self.local, 2 * ffn, hidden))
+        self.down = nn.Parameter(torch.empty(self.local, hidden, ffn))
+
+    def routing(self, rows: Tensor) -> tuple[Tensor, Tensor]:
+        """(T, E) dispatch mask (the top-k experts of each token) and gate weights (softmax over
+        the chosen experts, 0 elsewhere); every token's logits are local to its rank."""
+        logits = F.linear(rows, self.router)
+        lowest = torch.finfo(logits.dtype).min
+        top = logits.amax(dim=-1, keepdim=True)
+        threshold, remaining = top, logits
+        for _ in range(self.top_k - 1):
+            remaining = remaining.masked_fill(remaining >= threshold, lowest)
+            threshold = remaining.amax(dim=-1, keepdim=True)
+        chosen = logits >= threshold
+        gates = torch.exp(logits - top).masked_fill(~chosen, 0.0)
+        return chosen.to(rows.dtype), gates / gates.sum(dim=-1, keepdim=True)
+
+    def _dispatch(self, slots: Tensor) -> Tensor:
+        """(E, T/c, h) slots of this rank's tokens -> (E/c, T, h) slots of this rank's experts."""
+        ps = self.ps
+        if ps.tp == 1:
+            return slots
+        if ps.has("moe_a2a_expert_owner"):
+            # Experts dealt round-robin (rank j gets experts j, j + c, ...) while the weights
+            # are contiguous blocks: every rank runs its weights on another expert's tokens.
+            e, t, h = slots.shape
+            slots = slots.reshape(self.local, ps.tp, t, h).transpose(0, 1).reshape(e, t, h)  # BUG-SITE: moe_a2a_expert_owner
+        return all_to_all(slots, 0, 1, ps.groups)
+
+    def forward(self, x: Tensor) -> Tensor:
+        s, b, h = x.shape
+        rows = x.reshape(s * b, h)
+        mask, gates = self.routing(rows)  # (T/c, E)
+        slots = self._dispatch(rows.unsqueeze(0) * mask.t().unsqueeze(-1))  # (E/c, T, h)
+        gate, up = torch.einsum("eth,efh->etf", slots, self.gate_up).chunk(2, dim=-1)
+        y = torch.einsum("etf,ehf->eth", F.silu(gate) * up, self.down)  # (E/c, T, h)
+        if self.ps.tp > 1:
+            y = all_to_all(y, 1, 0, self.ps.groups)  # combine: (E, T/c, h), this rank's tokens
+        return (y * gates.t().unsqueeze(-1)).sum(dim=0).reshape(s, b, h)

@@ -53,6 +53,12 @@ class Parallel:
             raise ValueError(f"{what} ({n}) is not divisible by the tensor-parallel degree {self.tp}")
         return n // self.tp
 
+    def padded(self, n: int) -> int:
+        """The per-rank share of n items padded to a multiple of the degree (Neuron's layout
+        of heads or FFN features that do not divide): ceil(n / tp); rank r holds items
+        [r·w, r·w + w) of the n items followed by zeros."""
+        return -(-n // self.tp)
+
 
 # ---------------------------------------------------------------------------------------------
 # Raw collectives (no autograd).

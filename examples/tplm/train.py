@@ -10,6 +10,7 @@ sequence all-gather and need no reduction.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
@@ -17,7 +18,10 @@ from torch import Tensor
 
 from .layers import RMSNorm
 from .llama import DecoderLayer, LlamaConfig
-from .parallel import Parallel, all_reduce_sum, reduce_from_region
+from .parallel import Parallel, all_gather, all_reduce_sum, reduce_from_region, reduce_scatter
+
+if TYPE_CHECKING:
+    from shardproof.engine.frontend.declare import BuildContext, Model
 
 
 class DecoderStack(nn.Module):
@@ -90,6 +94,13 @@ class TrainStep(nn.Module):
                 grads[i] = all_reduce_sum(grads[i], ps, groups)  # BUG-SITE: sp_norm_grad_wrong_group
                 if ps.has("sp_norm_grad_twice"):
                     grads[i] = all_reduce_sum(grads[i], ps)  # BUG-SITE: sp_norm_grad_twice
+        if cfg.replicate_kv and ps.tp > 1:
+            # Fewer KV heads than ranks: every rank keeps the whole KV projection but
+            # back-propagates only its own query heads (their KV head picked by index_select),
+            # so the projection's gradient is a partial sum over the group.
+            for i, name in enumerate(names):
+                if name.endswith("attn.kv.weight"):
+                    grads[i] = all_reduce_sum(grads[i], ps)
         if self.optimizer == "adamw":
             return (loss, *(self.adamw(p, g) for p, g in zip(params, grads, strict=True)))
         updated = [p - self.lr * g for p, g in zip(params, grads, strict=True)]  # BUG-SITE: sp_norm_grad_missing
@@ -110,10 +121,11 @@ class DataParallelTrainStep(nn.Module):
     def reduce_grad(self, grad: Tensor) -> Tensor:
         dp = self.dp
         if dp.has("dp_grad_missing"):
-            return grad  # BUG-SITE: dp_grad_missing
+            return grad
+        grad = all_reduce_sum(grad, dp) / dp.tp
         if dp.has("dp_grad_scaled_twice"):
             grad = grad / dp.tp  # BUG-SITE: dp_grad_scaled_twice
-        return all_reduce_sum(grad, dp) / dp.tp
+        return grad
 
     def forward(self, x: Tensor, target: Tensor) -> tuple[Tensor, ...]:
         from .layers import rotary_tables
@@ -124,6 +136,126 @@ class DataParallelTrainStep(nn.Module):
         local = ((out - target) ** 2).mean()  # this rank's batch shard
         loss = all_reduce_sum(local, self.dp) / self.dp.tp
         params = [p for _, p in self.model.named_parameters()]
-        grads = torch.autograd.grad(local, params)
-        updated = [p - self.lr * self.reduce_grad(g) for p, g in zip(params, grads, strict=True)]
+        grads = [self.reduce_grad(g) for g in torch.autograd.grad(local, params)]
+        updated = [p - self.lr * g for p, g in zip(params, grads, strict=True)]  # BUG-SITE: dp_grad_missing
         return (loss, *updated)
+
+
+class MixedPrecisionTrainStep(nn.Module):
+    """The sequence-parallel training step in mixed precision (Megatron's bf16 recipe): bf16
+    parameters run the forward and backward, the loss is multiplied by a static loss scale
+    before the backward, the bf16 gradients (the SP norm gradients all-reduced in bf16, as
+    Megatron reduces gradients in the parameters' dtype) are converted to f32 and divided by the
+    scale, SGD updates the f32 master weights, and the updated masters are cast to bf16 for the
+    next step. (x, target) are f32 and sequence-sharded; returns (masters..., params..., loss):
+    the loss last, since it carries the bf16 forward's rounding (a witness comparing it at f32
+    tolerances sees the two summation orders of the bf16 partial sums)."""
+
+    def __init__(self, cfg: LlamaConfig, ps: Parallel, lr: float = 0.01, loss_scale: float = 1024.0) -> None:
+        super().__init__()
+        self.ps, self.lr, self.loss_scale = ps, lr, loss_scale
+        self.model = DecoderStack(cfg, ps).to(torch.bfloat16)
+        self.master = DecoderStack(cfg, ps)  # the f32 master weights, laid out like the model's
+
+    def forward(self, x: Tensor, target: Tensor) -> tuple[Tensor, ...]:
+        from .layers import rotary_tables
+
+        ps, cfg = self.ps, self.model.cfg
+        cos, sin = rotary_tables(x.shape[0] * ps.tp, cfg.head_dim, cfg.rope_theta, x.device)
+        out = self.model(x.to(torch.bfloat16), cos.to(torch.bfloat16), sin.to(torch.bfloat16))
+        loss = reduce_from_region(((out.float() - target) ** 2).sum(), ps)  # f32 loss over all tokens
+        names, params = zip(*self.model.named_parameters(), strict=True)
+        scaled = torch.autograd.grad(loss * self.loss_scale, params)  # bf16 gradients, times the scale
+        grads = []
+        for g, partial in zip(scaled, sequence_parallel_params(names), strict=True):
+            if partial:
+                g = all_reduce_sum(g, ps)
+            unscale = not (partial and ps.has("mp_unscale_missing"))
+            grads.append(g.float() / self.loss_scale if unscale else g.float())
+        masters = [m for _, m in self.master.named_parameters()]
+        updated = [m - self.lr * g for m, g in zip(masters, grads, strict=True)]  # BUG-SITE: mp_unscale_missing
+        return (*updated, *(m.to(torch.bfloat16) for m in updated), loss)
+
+
+class ZeroTrainStep(nn.Module):
+    """Data parallelism with the optimizer state sharded over the group (ZeRO-1/2, FSDP's
+    update): every rank holds the whole parameters and its batch shard; the gradients are
+    reduce-scattered along dim 0 (rank r receives block r of their sum) and divided by the
+    group size, each rank updates only its block of the f32 master weights with SGD, and the
+    updated blocks are all-gathered into the parameters of the next step.
+    Returns (loss, parameters..., master blocks...)."""
+
+    def __init__(self, cfg: LlamaConfig, dp: Parallel, lr: float = 0.01) -> None:
+        super().__init__()
+        self.dp, self.lr = dp, lr
+        self.model = DecoderStack(cfg, Parallel())
+        shapes = [p.shape for p in self.model.parameters()]
+        self.master = nn.ParameterList(nn.Parameter(torch.empty(dp.shard(s[0], "dim 0 of a parameter"), *s[1:])) for s in shapes)
+
+    def forward(self, x: Tensor, target: Tensor) -> tuple[Tensor, ...]:
+        from .layers import rotary_tables
+
+        dp, cfg = self.dp, self.model.cfg
+        cos, sin = rotary_tables(x.shape[0], cfg.head_dim, cfg.rope_theta, x.device)
+        out = self.model(x, cos, sin)
+        local = ((out - target) ** 2).mean()  # this rank's batch shard
+        loss = all_reduce_sum(local, dp) / dp.tp
+        params = [p for _, p in self.model.named_parameters()]
+        grads = torch.autograd.grad(local, params)
+        # The wrong-shard variant scatters over the group listed in reverse: rank r receives
+        # the gradient block of rank c-1-r but updates its own master block r.
+        order = [list(reversed(g)) for g in dp.groups] if dp.has("zero_wrong_shard") else dp.groups
+        shards = [reduce_scatter(g, 0, order) / dp.tp if dp.tp > 1 else g for g in grads]  # BUG-SITE: zero_wrong_shard
+        blocks = [m - self.lr * g for m, g in zip(self.master, shards, strict=True)]
+        updated = [all_gather(b, 0, dp.groups) if dp.tp > 1 else b for b in blocks]
+        return (loss, *updated, *blocks)
+
+
+def mixed_train_step(ctx: BuildContext) -> Model:
+    """Entry point: :class:`MixedPrecisionTrainStep` at the sizes of ``ctx`` (tplm.models'
+    knobs), tensor- and sequence-parallel over ``ctx.tp`` ranks."""
+    from shardproof.engine.frontend.declare import Input, Model
+
+    from .models import _llama_config, _variant, llama_plan
+
+    bug = _variant(ctx, ("mp_unscale_missing",))
+    cfg = _llama_config(ctx)
+    lr, scale = ctx.knob("lr", 0.01), ctx.knob("loss_scale", 1024.0)
+    baseline = MixedPrecisionTrainStep(cfg, Parallel(), lr, scale)
+    names = [name for name, _ in baseline.named_parameters()]
+    masters = [n for n in names if n.startswith("master.")]
+    params = [n for n in names if n.startswith("model.")]
+    shape = (cfg.seq, cfg.batch, cfg.hidden)
+    plan = llama_plan(cfg, ctx.tp, prefix="model.") | llama_plan(cfg, ctx.tp, prefix="master.") | {"model.norm": "sequence_parallel", "master.norm": "sequence_parallel"}
+    return Model(
+        baseline=baseline,
+        distributed=lambda rank: MixedPrecisionTrainStep(cfg, Parallel(ctx.tp, rank, ctx.groups, True, bug), lr, scale),
+        inputs=[Input("x", shape, shard=0), Input("target", shape, shard=0)],
+        plan=plan,
+        outputs=[*({"like": n} for n in masters), *({"like": n} for n in params), "replicate"],
+        description="mixed-precision training step: bf16 parameters, loss scaling, f32 master weights",
+    )
+
+
+def zero_train_step(ctx: BuildContext) -> Model:
+    """Entry point: :class:`ZeroTrainStep`, data-parallel over ``ctx.tp`` ranks."""
+    from shardproof.engine.frontend.declare import Input, Model
+
+    from .models import _llama_config, _variant
+
+    bug = _variant(ctx, ("zero_wrong_shard",))
+    cfg = _llama_config(ctx)
+    lr = ctx.knob("lr", 0.01)
+    baseline = ZeroTrainStep(cfg, Parallel(), lr)
+    names = [name for name, _ in baseline.named_parameters()]
+    params = [n for n in names if n.startswith("model.")]
+    masters = [n for n in names if n.startswith("master.")]
+    shape = (cfg.seq, cfg.batch, cfg.hidden)
+    return Model(
+        baseline=baseline,
+        distributed=lambda rank: ZeroTrainStep(cfg, Parallel(ctx.tp, rank, ctx.groups, bug=bug), lr),
+        inputs=[Input("x", shape, shard=1), Input("target", shape, shard=1)],
+        plan={"master": {"shard": 0}},
+        outputs=["replicate", *({"like": n} for n in params), *({"like": n} for n in masters)],
+        description="ZeRO-style data-parallel step: gradients reduce-scattered, sharded master update, parameters all-gathered",
+    )

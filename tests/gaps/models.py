@@ -208,3 +208,34 @@ def kv_heads_fewer_than_ranks(ctx: BuildContext) -> Model:
         inputs=[Input("q", (8, heads, 4), shard=1), Input("k", (8, kv, 4))],
         outputs=[{"shard": 1}],
     )
+
+
+def dp_batch_rows(ctx: BuildContext) -> Model:
+    """Data parallelism on a two-layer MLP: the (s, b, h) input split along the batch, so the
+    rank's (s, b/c, h) flattens to rows that are every b-th block of b/c rows of the baseline's
+    (s·b, h); each rank differentiates the MEAN loss of its own shard (autograd seeds it with
+    1/(n/c), the baseline with 1/n), the seed travels through the activation's backward, and each
+    weight gradient, a dot over those rows, is summed over the group and divided by c (DDP's
+    average)."""
+    seq, batch, hidden, ffn = 4, 8, 16, 32
+
+    class Step(torch.nn.Module):
+        def __init__(self, c: int) -> None:
+            super().__init__()
+            self.c = c
+            self.up = torch.nn.Parameter(torch.empty(ffn, hidden))
+            self.down = torch.nn.Parameter(torch.empty(hidden, ffn))
+
+        def forward(self, x: Tensor, target: Tensor) -> tuple[Tensor, ...]:
+            y = F.linear(F.silu(F.linear(x, self.up)), self.down)
+            local = ((y - target) ** 2).mean()
+            grads = torch.autograd.grad(local, [self.up, self.down])
+            return tuple(_all_reduce(g, [list(range(self.c))]) / self.c if self.c > 1 else g for g in grads)
+
+    return Model(
+        baseline=Step(1),
+        distributed=lambda rank: Step(ctx.tp),
+        inputs=[Input("x", (seq, batch, hidden), shard=1), Input("target", (seq, batch, hidden), shard=1)],
+        plan={"up": "replicate", "down": "replicate"},
+        outputs=["replicate", "replicate"],
+    )

@@ -6,13 +6,18 @@ collective whose replica groups are the group's own global ranks; the lifting st
 No data moves: a build traces lazy tensors and never executes them.
 
 Covered: ``all_reduce``, ``all_gather_into_tensor`` / ``_all_gather_base``, ``all_gather``,
-``reduce_scatter_tensor`` / ``_reduce_scatter_base``, ``all_to_all_single``, ``broadcast`` (only
-from a group of one), ``barrier``, and the functional collectives (``torch.distributed.
-_functional_collectives``), which reach the same methods through the group.
+``reduce_scatter_tensor`` / ``_reduce_scatter_base``, ``all_to_all_single`` (equal splits) and
+``all_to_all`` (lists), ``broadcast`` (only from a group of one), ``barrier``, and the functional
+``all_to_all_single`` (``_register_functional``). The all-to-all reaches the lazy graph as a call
+that ``inline_collectives`` (run on every traced rank's text) turns back into the op.
+torch-xla registers XLA kernels of its own for the other functional collectives
+(``torch.distributed._functional_collectives.all_reduce`` etc.): those bypass this backend and
+lower to its token-carrying ops.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any
 
@@ -64,15 +69,154 @@ def _reduce_scatter(x: Any, dim: int, ranks: list[int], reduce_op: Any) -> Any:
 def _all_to_all(x: Any, ranks: list[int]) -> Any:
     """Piece j along dim 0 goes to the group's j-th rank; received pieces concatenate on dim 0.
 
-    torch-xla's all-to-all carries a token; the build gives it the fresh (zero) token, which
-    the relations declare as ``token`` (see ``build._unchained_tokens``).
+    torch-xla has no token-free all-to-all (``xm.all_to_all`` threads its token through the
+    op, and its builder knows no AllToAll), so the op enters the lazy graph as a user
+    computation: a one-instruction HLO module, written here as an ``HloModuleProto``, that
+    torch-xla lowers to ``call(x), to_apply=%shardproof_all_to_all.N``. ``inline_collectives``
+    then puts the all-to-all in place of the call, with the call's number and source.
     """
-    import torch_xla.core.xla_model as xm
+    import torch_xla
+    import torch_xla.core.xla_builder as xb
 
-    from .. import capture
+    if x.dim() == 0 or x.shape[0] % len(ranks):
+        raise NotImplementedError(f"all_to_all over {len(ranks)} ranks of a tensor of shape {tuple(x.shape)}: dim 0 must split into equal pieces")
+    proto = _all_to_all_module(_element_type(x.dtype), tuple(int(n) for n in x.shape), ranks)
+    computation = xb.computation_from_module_proto(f"xla::{_A2A}", proto)
+    return torch_xla._XLAC._xla_user_computation(f"xla::{_A2A}", [x], computation)[0]
 
-    capture.reset_collective_token()
-    return xm.all_to_all(x, 0, 0, len(ranks), groups=[ranks], pin_layout=False)
+
+def _check_equal_splits(x: Any, n: int, output_split_sizes: Any, input_split_sizes: Any) -> None:
+    if output_split_sizes or input_split_sizes:
+        equal = x.shape[0] // n
+        if any(int(s) != equal for s in [*(output_split_sizes or []), *(input_split_sizes or [])]):
+            raise NotImplementedError("all_to_all_single with unequal splits has no XLA lowering here")
+
+
+_FUNCTIONAL: Any = None
+
+
+def _register_functional() -> None:
+    """Route ``torch.distributed._functional_collectives.all_to_all_single`` on XLA tensors to
+    this backend. torch-xla registers its own XLA kernel for the op, which bypasses the
+    process group (and refuses any split sizes); this one resolves the group by name and lowers
+    like ``all_to_all_single``. Torch warns once that a kernel was overridden."""
+    global _FUNCTIONAL
+    if _FUNCTIONAL is not None:
+        return
+    import torch
+
+    def all_to_all_single(input_: Any, output_split_sizes: Any, input_split_sizes: Any, group_name: str) -> Any:
+        group = torch._C._distributed_c10d._resolve_process_group(group_name)
+        ranks = getattr(group, "ranks", None)
+        if ranks is None:
+            raise NotImplementedError(f"functional all_to_all_single over group {group_name!r}, which is not a {NAME} group")
+        _check_equal_splits(input_, len(ranks), output_split_sizes, input_split_sizes)
+        return _all_to_all(input_, ranks)
+
+    library = torch.library.Library("_c10d_functional", "IMPL")
+    library.impl("all_to_all_single", all_to_all_single, "XLA")
+    _FUNCTIONAL = library
+
+
+# --- A minimal HloModuleProto writer, for the one module above --------------------------------
+# Field numbers of xla/xla_data.proto and xla/service/hlo.proto (protobuf field numbers never
+# change; XLA keeps reading replica_groups = 49 next to its newer collective_device_list).
+_A2A = "shardproof_all_to_all"
+_XLA_TYPES = {"bool": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "uint8": 6, "uint16": 7, "uint32": 8, "uint64": 9, "float16": 10, "float32": 11, "float64": 12, "complex64": 15, "bfloat16": 16, "complex128": 18}
+
+
+def _element_type(dtype: Any) -> int:
+    name = str(dtype).removeprefix("torch.")
+    if name not in _XLA_TYPES:
+        raise NotImplementedError(f"all_to_all of {dtype} has no XLA lowering here")
+    return _XLA_TYPES[name]
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _int(field_number: int, value: int) -> bytes:
+    return _varint(field_number << 3) + _varint(value)
+
+
+def _bytes(field_number: int, value: bytes) -> bytes:
+    return _varint(field_number << 3 | 2) + _varint(len(value)) + value
+
+
+def _packed(field_number: int, values: list[int]) -> bytes:
+    return _bytes(field_number, b"".join(_varint(v) for v in values))
+
+
+def _shape(element_type: int, dims: tuple[int, ...]) -> bytes:
+    """ShapeProto: element_type 2, dimensions 3, layout 5 (minor_to_major 1, row-major),
+    is_dynamic_dimension 6."""
+    n = len(dims)
+    return _int(2, element_type) + _packed(3, list(dims)) + _bytes(5, _packed(1, list(range(n - 1, -1, -1)))) + _packed(6, [0] * n)
+
+
+def _all_to_all_module(element_type: int, dims: tuple[int, ...], ranks: list[int]) -> bytes:
+    """HloModuleProto of ``ROOT all-to-all(parameter(0)), dimensions={0}, replica_groups={ranks}``.
+
+    Ids: instructions 1 and 2, the computation 3 (XLA's builder remaps computation and
+    instruction ids through one table when it embeds the module, so they must differ).
+    """
+    shape = _shape(element_type, dims)
+    param = _bytes(1, b"x.1") + _bytes(2, b"parameter") + _bytes(3, shape) + _int(9, 0) + _int(35, 1)
+    a2a = (
+        _bytes(1, b"a2a.2") + _bytes(2, b"all-to-all") + _bytes(3, shape) + _packed(14, [0])
+        + _int(35, 2) + _packed(36, [1]) + _bytes(49, _packed(1, list(ranks)))
+    )
+    program = _bytes(1, shape) + _bytes(2, shape) + _bytes(3, b"x")
+    name = f"{_A2A}.3".encode()
+    computation = _bytes(1, name) + _bytes(2, param) + _bytes(2, a2a) + _bytes(4, program) + _int(5, 3) + _int(6, 2)
+    return _bytes(1, name) + _bytes(2, name) + _bytes(3, computation) + _bytes(4, program) + _int(5, 3) + _int(6, 3)
+
+
+_CALLEE = re.compile(r"^%(" + _A2A + r"\.\d+) \(.*?\n\}\n\n?", re.M | re.S)
+_ROOT = re.compile(r"ROOT %\S+ = \S+ all-to-all\(\S+ %\S+\), (.*)$", re.M)
+_CALL = re.compile(r"^(\s+(?:ROOT )?)%call\.(\d+) = (\S+) call\((\S+ %\S+)\), to_apply=%(" + _A2A + r"\.\d+)(.*)$", re.M)
+
+
+def inline_collectives(text: str, sourcemap: dict[str, Any]) -> str:
+    """Put each collective this backend lowered as a call back in place of the call.
+
+    ``%call.N = T call(x), to_apply=%shardproof_all_to_all.M, metadata={..}`` becomes
+    ``%all-to-all.N = T all-to-all(x), <the callee's attributes>, metadata={..}``: the callee is
+    that one op on its parameter, so the value is the same. The call's source (its metadata
+    and its source-map entry) goes to the op, and the callee computation is dropped.
+    """
+    callees: dict[str, str] = {}
+    for m in _CALLEE.finditer(text):
+        root = _ROOT.search(m.group(0))
+        if root is None:
+            raise RuntimeError(f"collective computation %{m.group(1)} is not one all-to-all of its parameter")
+        callees[m.group(1)] = root.group(1)
+    if not callees:
+        return text
+    text = _CALLEE.sub("", text)
+    instructions = sourcemap.get("instructions", {})
+    renamed: set[str] = set()
+
+    def op(m: re.Match[str]) -> str:
+        prefix, number, shape, operand, callee, rest = m.groups()
+        if callee not in callees:
+            raise RuntimeError(f"%call.{number} calls %{callee}, which the module does not define")
+        renamed.add(number)
+        if f"call.{number}" in instructions:
+            instructions[f"all-to-all.{number}"] = instructions.pop(f"call.{number}")
+        return f"{prefix}%all-to-all.{number} = {shape} all-to-all({operand}), {callees[callee]}{rest}"
+
+    text = _CALL.sub(op, text)
+    if f"to_apply=%{_A2A}." in text:
+        raise RuntimeError(f"a call of a {_A2A} computation has a form inline_collectives does not know")
+    # The users of each call (the tuple, the next op) name it too.
+    return re.sub(r"%call\.(\d+)\b", lambda m: f"%all-to-all.{m.group(1)}" if m.group(1) in renamed else m.group(0), text)
 
 
 def _make_group_class() -> type:
@@ -137,10 +281,7 @@ def _make_group_class() -> type:
             return _work(outputs)
 
         def alltoall_base(self, output: Any, input_: Any, output_split_sizes: list[int], input_split_sizes: list[int], opts: Any = None) -> Any:
-            if output_split_sizes or input_split_sizes:
-                equal = input_.shape[0] // len(self.ranks)
-                if any(s != equal for s in [*output_split_sizes, *input_split_sizes]):
-                    raise NotImplementedError("all_to_all_single with unequal splits has no XLA lowering here")
+            _check_equal_splits(input_, len(self.ranks), output_split_sizes, input_split_sizes)
             output.copy_(_all_to_all(input_, self.ranks).reshape(output.shape))
             return _work([output])
 
@@ -171,7 +312,9 @@ def _create(options: Any, _backend_options: Any) -> Any:
     global _GROUP_CLASS
     if _GROUP_CLASS is None:
         _GROUP_CLASS = _make_group_class()
-    return _GROUP_CLASS(options.group_rank, options.group_size, list(options.global_ranks_in_group))
+    # torch names no ranks for the default (world) group: it is every rank, in order.
+    ranks = list(options.global_ranks_in_group) or list(range(options.group_size))
+    return _GROUP_CLASS(options.group_rank, options.group_size, ranks)
 
 
 def register() -> None:
@@ -187,6 +330,7 @@ def start(rank: int, world_size: int) -> None:
     import torch.distributed as dist
 
     register()
+    _register_functional()
     # torch-xla's own backend replaces dist.new_group by a version that rejects the keywords
     # Megatron passes (use_local_synchronization, group_desc); this backend needs torch's own.
     xla_backend = sys.modules.get("torch_xla.distributed.xla_backend")

@@ -22,7 +22,7 @@ from typing import Any
 from .. import build as common
 from .. import capture
 from . import backend, shims
-from .lift import lift
+from .lift import lift, source_reader
 
 
 def _hidden(request: common.BuildRequest) -> list[str]:
@@ -46,7 +46,10 @@ def _declare(request: common.BuildRequest, fn: Any, rank: int, world: int) -> An
 
 def _trace(program: Any, inputs: dict[str, Any], where: str, request: common.BuildRequest) -> common.Side:
     with shims.cuda_as_xla():
-        return common._trace(program, inputs, where, Path(request.root), _hidden(request), packages=request.source_packages)
+        side = common._trace(program, inputs, where, Path(request.root), _hidden(request), packages=request.source_packages)
+    # Collectives the backend could only lower as calls (all-to-all) become the ops themselves.
+    side.captured.hlo_text = backend.inline_collectives(side.captured.hlo_text, side.captured.sourcemap)
+    return side
 
 
 def _rank_child(request: common.BuildRequest, fn: Any, rank: int, world: int, folder: Path) -> dict[str, Any]:
@@ -157,7 +160,7 @@ def build(request: common.BuildRequest) -> dict[str, Any]:
             summary = outcome["summary"]
     t = time.perf_counter()
     texts = [(folder / f"rank{r}.hlo").read_text() for r in world]
-    lifted = lift(texts, world, request.groups, _sources(folder))
+    lifted = lift(texts, world, request.groups, _sources(folder), source_reader(Path(request.root)))
     (folder / "distributed.hlo").write_text(lifted.text)
     findings = [f.to_json() for f in lifted.findings]
     (folder / "rank_specific.json").write_text(json.dumps(findings, indent=1) + "\n")

@@ -19,10 +19,16 @@ Any other difference, and any literal that is not ``a·r + b`` across a group, i
 
 from __future__ import annotations
 
+import ast
+import functools
 import re
+import sys
+import sysconfig
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 _INSTRUCTION = re.compile(r"^(\s+)(ROOT )?%(\S+) = (\S+) (\S+?)\((.*)$")
@@ -105,13 +111,16 @@ def _table(dtype: str, dims: list[int], literals: list[str]) -> str:
     return f"{shape} constant({{{body}}})" if not dims else f"{shape} constant({body})"
 
 
-def lift(texts: list[str], world: list[int], groups: list[list[int]], sources: dict[str, str] | None = None) -> Lifted:
+def lift(texts: list[str], world: list[int], groups: list[list[int]], sources: dict[str, str] | None = None, read_source: Callable[[str], str | None] | None = None) -> Lifted:
     """One program from ``texts[i]``, the program of world rank ``world[i]``.
 
     ``groups`` are the model's sharding groups (rank r of group k is ``groups[k][r]``);
-    ``sources`` maps instruction names to ``file:line`` for findings.
+    ``sources`` maps instruction names to ``file:line`` for findings; ``read_source`` reads a
+    file the source map names (``source_reader``), so that a literal off the line is named by
+    the Python expression it was traced from.
     """
     sources = sources or {}
+    graph = _Graph(texts[0]) if read_source is not None else None
     index = {rank: (k, r) for k, group in enumerate(groups) for r, rank in enumerate(group)}
     split = [t.split("\n") for t in texts]
     out = Lifted("")
@@ -130,7 +139,7 @@ def lift(texts: list[str], world: list[int], groups: list[list[int]], sources: d
             continue
         constants = [_CONSTANT.match(v) for v in variants]
         if all(constants) and len({(m.group(3), m.group(4), m.group(8)) for m in constants if m}) == 1:
-            lines_out += _lift_constant(constants, world, index, out, sources, first)  # type: ignore[arg-type]
+            lines_out += _lift_constant(constants, world, index, out, sources, first, _Namer(graph, read_source) if graph is not None and read_source is not None else None)  # type: ignore[arg-type]
             continue
         group_lists = [_groups_of(v) for v in variants]
         if all(g is not None for g in group_lists) and len({_GROUPS.sub("", v) for v in variants}) == 1:
@@ -147,7 +156,7 @@ def lift(texts: list[str], world: list[int], groups: list[list[int]], sources: d
     return out
 
 
-def _lift_constant(matches: list[re.Match[str]], world: list[int], index: dict[int, tuple[int, int]], out: Lifted, sources: dict[str, str], line: str) -> list[str]:
+def _lift_constant(matches: list[re.Match[str]], world: list[int], index: dict[int, tuple[int, int]], out: Lifted, sources: dict[str, str], line: str, namer: _Namer | None = None) -> list[str]:
     m0 = matches[0]
     indent, root, name, shape, dtype, dims_text, _, metadata = m0.groups()
     dims = [int(d) for d in dims_text.split(",") if d]
@@ -177,7 +186,13 @@ def _lift_constant(matches: list[re.Match[str]], world: list[int], index: dict[i
         out.affine += 1
     elif odd:
         where = _where(line, sources, name)
-        out.findings.append(Finding(name, where, sorted(odd), f"{detail} ({where})"))
+        expr = namer.expression(name, where) if namer is not None else None
+        if expr is not None:
+            # Named by the Python expression the literal was traced from, the instruction after.
+            detail = f"`{expr}`" + detail[len(name) :] + f" ({name}, {where})"
+        else:
+            detail += f" ({where})"
+        out.findings.append(Finding(name, where, sorted(odd), detail))
     ds = f"{dtype}[{len(world)}{''.join(',' + str(d) for d in dims)}]"
     zero = f"%{name}.rank_zero"
     lines = [f"{indent}%{name}.rank_table = {_table(dtype, dims, literals)}", f"{indent}%{name}.rank_id = u32[] replica-id()"]
@@ -216,3 +231,147 @@ def _merge_groups(group_lists: list[list[list[int]]], world: list[int], out: Lif
         out.findings.append(Finding(name, _where(line, sources, name), odd or sorted(world), f"the ranks' groups of {name} do not partition the ranks: {[g for gl in group_lists for g in gl]}"))
     out.merged_groups += 1
     return sorted(merged)
+
+
+# ---- naming a literal by the Python expression it was traced from ---------------------------
+#
+# A rank's Python int reaches the program as a literal at its first use: ``x < self.start``
+# traces as compare(x, broadcast(constant), direction=LT), ``x - self.start`` as
+# subtract(x, broadcast(multiply(constant, alpha))). Following the literal to the first
+# instruction that computes with it gives the operator and the operand position; the source
+# line's AST has the one expression in that position of that operator. No framework's names
+# are assumed: only how torch writes a Python binary operator on a tensor and a number.
+
+_THROUGH = frozenset({"broadcast", "reshape", "convert", "copy", "bitcast", "transpose"})
+_COMPARE = {"LT": ast.Lt, "LE": ast.LtE, "GT": ast.Gt, "GE": ast.GtE, "EQ": ast.Eq, "NE": ast.NotEq}
+_MIRROR = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "EQ": "EQ", "NE": "NE"}
+_ARITH: dict[str, tuple[type[ast.operator], ...]] = {"subtract": (ast.Sub,), "add": (ast.Add,), "multiply": (ast.Mult,), "divide": (ast.Div, ast.FloorDiv), "remainder": (ast.Mod,)}
+_DIRECTION = re.compile(r"direction=(\w+)")
+
+
+class _Graph:
+    """Opcode, operands and users of every instruction of one HLO text (its entry and others)."""
+
+    def __init__(self, text: str) -> None:
+        self.opcode: dict[str, str] = {}
+        self.operands: dict[str, list[str]] = {}
+        self.attrs: dict[str, str] = {}
+        self.users: dict[str, list[str]] = {}
+        for line in text.split("\n"):
+            m = _INSTRUCTION.match(line)
+            if m is None:
+                continue
+            name, opcode, rest = m.group(3), m.group(5), m.group(6)
+            depth, end = 1, len(rest)
+            for i, ch in enumerate(rest):
+                depth += (ch == "(") - (ch == ")")
+                if depth == 0:
+                    end = i
+                    break
+            operands = re.findall(r"%([\w.\-]+)", rest[:end])
+            self.opcode[name], self.operands[name], self.attrs[name] = opcode, operands, rest[end:]
+            for o in operands:
+                self.users.setdefault(o, []).append(name)
+
+    def first_use(self, name: str) -> tuple[str, int] | None:
+        """(operator, operand position) of the first instruction computing with ``name``'s
+        value: ``cmp:LT`` etc. or an arithmetic opcode. Moves of the value (broadcast, reshape,
+        convert, ...) and a multiply by another literal (torch's ``alpha``) are looked through."""
+        seen: set[str] = set()
+        frontier = [name]
+        while frontier:
+            x = frontier.pop(0)
+            for u in self.users.get(x, []):
+                if u in seen:
+                    continue
+                seen.add(u)
+                op, operands = self.opcode[u], self.operands[u]
+                position = operands.index(x)
+                others = [o for i, o in enumerate(operands) if i != position]
+                if op in _THROUGH or (op == "multiply" and all(self._literal(o) for o in others)):
+                    frontier.append(u)
+                elif op == "compare":
+                    m = _DIRECTION.search(self.attrs[u])
+                    if m and m.group(1) in _COMPARE:
+                        return f"cmp:{m.group(1)}", position
+                elif op in _ARITH and len(operands) == 2:
+                    return op, position
+        return None
+
+    def _literal(self, name: str) -> bool:
+        while self.opcode.get(name) in _THROUGH:
+            name = self.operands[name][0]
+        return self.opcode.get(name) == "constant"
+
+
+class _Namer:
+    def __init__(self, graph: _Graph, read_source: Callable[[str], str | None]) -> None:
+        self.graph = graph
+        self.read_source = read_source
+
+    def expression(self, name: str, where: str) -> str | None:
+        """The Python expression on line ``where`` that literal ``name`` was traced from."""
+        use = self.graph.first_use(name)
+        path, _, line = where.rpartition(":")
+        if use is None or not line.isdigit():
+            return None
+        tree = _parse(self.read_source, path)
+        return None if tree is None else operand_expression(tree, int(line), *use)
+
+
+def _parse(read_source: Callable[[str], str | None], path: str) -> ast.AST | None:
+    text = read_source(path)
+    if text is None:
+        return None
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def operand_expression(tree: ast.AST, line: int, op: str, position: int) -> str | None:
+    """The one expression that is operand ``position`` (0 left, 1 right) of operator ``op``
+    (``cmp:LT``, ..., or an arithmetic opcode) on source line ``line``; None when there is no
+    such expression, or more than one, or it is a literal."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if not (getattr(node, "lineno", 0) <= line <= (getattr(node, "end_lineno", None) or 0)):
+            continue
+        sides: list[ast.expr] = []
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and op.startswith("cmp:"):
+            direction = op[4:]
+            pair = [node.left, node.comparators[0]]
+            if isinstance(node.ops[0], _COMPARE[direction]):
+                sides.append(pair[position])
+            if isinstance(node.ops[0], _COMPARE[_MIRROR[direction]]):  # `n > x` traces as x < n
+                sides.append(pair[1 - position])
+        elif isinstance(node, ast.BinOp) and op in _ARITH and isinstance(node.op, _ARITH[op]):
+            sides.append([node.left, node.right][position])
+        found.update(ast.unparse(e) for e in sides if not isinstance(e, ast.Constant))
+    return found.pop() if len(found) == 1 else None
+
+
+def source_reader(root: Path) -> Callable[[str], str | None]:
+    """Reads a file by the portable path a source map names it by (capture.portable_path):
+    root-relative, ``<site-packages>/...`` (looked up on ``sys.path``) or ``<stdlib>/...``."""
+
+    @functools.cache
+    def read(path: str) -> str | None:
+        head, _, rest = path.partition("/")
+        if head == "<site-packages>":
+            candidates = [Path(p) / rest for p in sys.path if p]
+        elif head == "<stdlib>":
+            candidates = [Path(sysconfig.get_paths()["stdlib"]) / rest]
+        elif path.startswith("<") or Path(path).is_absolute():
+            return None
+        else:
+            candidates = [root / path]
+        for c in candidates:
+            if c.is_file():
+                try:
+                    return c.read_text(encoding="utf-8", errors="replace")
+                except OSError:
+                    return None
+        return None
+
+    return read

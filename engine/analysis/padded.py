@@ -1,0 +1,246 @@
+"""Shape arithmetic of the padded relation (rules/padded.egg): facts about single signatures.
+
+``pad x x' d w z``: the baseline x has n elements along d, and c·w >= n; rank r holds, at
+position j < w along d, x[r·w + j] when r·w + j < n, and past the end (r·w + j >= n) zero
+(z = 1) or some value (z = 0). Every other dim is whole. This is how Neuron lays out attention
+heads and FFN features that do not divide over the ranks: padded to c·w, each rank a block.
+
+Rows are keyed by the baseline signature k; kp is the per-rank signature (dim d of extent w).
+The (n, w) pairs come from the relations file (padded inputs) and from distributed gathers by a
+rank's own rows (``rows``), and reshapes derive more (splitting or merging the padded dim):
+
+``pm1(k, d, w, d2, w2, zk, kp)``  unary k (pointwise, transpose, broadcast of the padded dim,
+                                   reshape, slice taking d whole) maps pad(d, w) of its operand
+                                   to pad(d2, w2); zk = 1 when it maps a zero tail to zeros.
+``pm2(k, d, w, zr, kp)``          pointwise binary, both operands pad(d, w); zr says when the
+                                   tail stays zero: "both" (f(0, 0) = 0), "either" (f(0, y) =
+                                   f(x, 0) = 0: multiply, and), "none".
+``pm2l(k, d, w, d2, w2, zk, kp)`` binary with pad(d, w) lhs and a duplicate rhs: a reduce over
+                                   other dims (rhs = init; zk = 1 for add/max/min from their
+                                   identity), a dot's free lhs dim (zk = 1).
+``pm2r(k, d, w, d2, w2, zk, kp)`` a dot's free rhs dim, lhs duplicate.
+``pm3(k, d, w, kp)``              select/clamp, all operands pad(d, w).
+``pbn(k, d, w, kp)``              broadcast of a duplicate that creates (or expands from 1) d.
+``pdb(k, dl, dr, w, e, kp)``      dot batch pair (dl, dr), both operands pad(., w): result dim e.
+``pdc(k, dl, dr, w, kp)``         dot contracting pair (dl, dr), both pad(., w).
+``psum(k, d, w, kp)``             reduce(add) over d (alone) from the add identity.
+``pcat(k, d, w, kp)``             concatenate along another dim, every operand pad(d, w).
+``padrows(k, d, w, Si)``          distributed: index_select along d (rows kept in place) of an
+                                   operand with n <= c·w elements there by a w-entry index of
+                                   shape Si (XLA's gather clamps an index past the end to n-1).
+"""
+
+from __future__ import annotations
+
+from ..ir import Instruction
+from .ops import BINARY_POINTWISE, TERNARY_POINTWISE, UNARY_POINTWISE
+from .signature import Dims, Sig, prod
+from .tables import Tables
+
+# f(0) = 0 exactly (and f(-0) = ±0): a zero tail stays zero. Not exp, cos, logistic, rsqrt,
+# log, not, ... (their value at 0 is not 0).
+ZERO_UNARY = frozenset({"negate", "convert", "copy", "abs", "sign", "sine", "tanh", "sqrt", "cbrt", "floor", "ceil", "round-nearest-afz", "round-nearest-even", "expm1", "log-plus-one", "real"})
+ZERO_BOTH = frozenset({"add", "subtract", "maximum", "minimum", "or", "xor"})
+# 0·y = 0 for finite y (the float model excludes infinities and NaN; integers exactly).
+ZERO_EITHER = frozenset({"multiply", "and"})
+
+
+def _set(dims: Dims, d: int, v: int) -> Dims:
+    return (*dims[:d], v, *dims[d + 1 :])
+
+
+class PadTables:
+    def __init__(self, tables: Tables, pairs: set[tuple[int, int]]) -> None:
+        self.t = tables
+        self.c = tables.c
+        # baseline extent n -> per-rank widths w (c·w >= n)
+        self.widths: dict[int, set[int]] = {}
+        for n, w in pairs:
+            self.note(n, w)
+
+    def note(self, n: int, w: int) -> None:
+        if n > 0 and w > 0 and self.c * w >= n:
+            self.widths.setdefault(n, set()).add(w)
+
+    def _ws(self, n: int) -> list[int]:
+        return sorted(self.widths.get(n, ()))
+
+    def baseline(self, sig: Sig, ins: Instruction, init_identity: bool) -> None:
+        op, k, add = sig.opcode, sig.key(), self.t.add
+        ins_dims = [d for _, d in sig.ins]
+        out = sig.out[1]
+        if not self.widths:
+            return
+        if op in UNARY_POINTWISE and len(ins_dims) == 1 and ins_dims[0] == out:
+            zk = 1 if op in ZERO_UNARY else 0
+            for d, n in enumerate(out):
+                for w in self._ws(n):
+                    s = _set(out, d, w)
+                    add("pm1", k, d, w, d, w, zk, sig.with_dims([s], s).key())
+        elif op in BINARY_POINTWISE and len(ins_dims) == 2 and ins_dims[0] == ins_dims[1] == out:
+            zr = "both" if op in ZERO_BOTH else "either" if op in ZERO_EITHER else "none"
+            for d, n in enumerate(out):
+                for w in self._ws(n):
+                    s = _set(out, d, w)
+                    add("pm2", k, d, w, zr, sig.with_dims([s, s], s).key())
+        elif op in TERNARY_POINTWISE and all(x == out for x in ins_dims):
+            for d, n in enumerate(out):
+                for w in self._ws(n):
+                    s = _set(out, d, w)
+                    add("pm3", k, d, w, sig.with_dims([s] * len(ins_dims), s).key())
+        elif op == "transpose":
+            perm = list(ins.parsed.get("dimensions", []))
+            src = ins_dims[0]
+            for e, d in enumerate(perm):
+                for w in self._ws(src[d]):
+                    add("pm1", k, d, w, e, w, 1, sig.with_dims([_set(src, d, w)], _set(out, e, w)).key())
+        elif op == "broadcast":
+            self._broadcast(sig, ins, ins_dims[0], out)
+        elif op == "reshape":
+            self._reshape(sig, ins_dims[0], out)
+        elif op == "slice":
+            sl = [tuple(x) for x in ins.parsed.get("slice", [])]
+            src = ins_dims[0]
+            if len(sl) == len(src):
+                for d, n in enumerate(src):
+                    if sl[d] != (0, n, 1):
+                        continue
+                    for w in self._ws(n):
+                        new = list(sl)
+                        new[d] = (0, w, 1)
+                        add("pm1", k, d, w, d, w, 1, sig.with_dims([_set(src, d, w)], _set(out, d, w), slice=new).key())
+        elif op == "reduce" and len(ins_dims) == 2:
+            dims = sorted(ins.parsed.get("dimensions", []))
+            reducer = ins.parsed.get("reducer")
+            zk = 1 if init_identity and reducer in ("add", "max", "min") else 0
+            src = ins_dims[0]
+            for d, n in enumerate(src):
+                for w in self._ws(n):
+                    si = _set(src, d, w)
+                    if d in dims:
+                        if dims == [d] and reducer == "add" and init_identity:
+                            add("psum", k, d, w, sig.with_dims([si, ins_dims[1]]).key())
+                        continue
+                    e = d - sum(1 for x in dims if x < d)
+                    add("pm2l", k, d, w, e, w, zk, sig.with_dims([si, ins_dims[1]], _set(out, e, w)).key())
+        elif op == "dot" and len(ins_dims) == 2:
+            self._dot(sig, ins, ins_dims, out)
+        elif op == "concatenate":
+            cat = (ins.parsed.get("dimensions") or [0])[0]
+            for d, n in enumerate(out):
+                if d == cat or any(x[d] != n for x in ins_dims):
+                    continue
+                for w in self._ws(n):
+                    add("pcat", k, d, w, sig.with_dims([_set(x, d, w) for x in ins_dims], _set(out, d, w)).key())
+
+    def _broadcast(self, sig: Sig, ins: Instruction, src: Dims, out: Dims) -> None:
+        k, add = sig.key(), self.t.add
+        dims = list(ins.parsed.get("dimensions", []))
+        if len(dims) != len(src):
+            return
+        for d, e in enumerate(dims):
+            if src[d] != out[e]:
+                continue
+            for w in self._ws(src[d]):
+                add("pm1", k, d, w, e, w, 1, sig.with_dims([_set(src, d, w)], _set(out, e, w)).key())
+        # A dim the broadcast creates (or expands from extent 1) holds the same values at every
+        # index: per rank, the same broadcast into w elements there.
+        for e, n in enumerate(out):
+            if e in dims and src[dims.index(e)] != 1:
+                continue
+            for w in self._ws(n):
+                add("pbn", k, e, w, sig.with_dims(None, _set(out, e, w)).key())
+
+    def _reshape(self, sig: Sig, src: Dims, out: Dims) -> None:
+        """Rank r's block [r·w, r·w + w) of dim d is a block of the reshaped dim when d maps
+        whole onto a dim (same extent, same element count before it), when d splits into
+        (n/T, T, ...) with T dividing w (the block is whole rows of the trailing dims, and the
+        padding past n is past n/T), or when d leads a run of dims merged into one (T the
+        product of the rest: block [r·w·T, (r + 1)·w·T), padding past n·T)."""
+        k, add = sig.key(), self.t.add
+        for d, n in enumerate(src):
+            ws = self._ws(n)
+            if not ws:
+                continue
+            before = prod(src[:d])
+            for e in range(len(out)):
+                if prod(out[:e]) != before:
+                    continue
+                if out[e] == n:
+                    for w in ws:
+                        add("pm1", k, d, w, e, w, 1, sig.with_dims([_set(src, d, w)], _set(out, e, w)).key())
+                    continue
+                # split: out[e:f] multiplies to n
+                for f in range(e + 2, len(out) + 1):
+                    if prod(out[e:f]) == n:
+                        t = prod(out[e + 1 : f])
+                        for w in ws:
+                            if w % t == 0:
+                                self.note(n // t, w // t)
+                                add("pm1", k, d, w, e, w // t, 1, sig.with_dims([_set(src, d, w)], _set(out, e, w // t)).key())
+                # merge: src[d:f] multiplies to out[e]
+                for f in range(d + 2, len(src) + 1):
+                    if prod(src[d:f]) == out[e]:
+                        t = prod(src[d + 1 : f])
+                        for w in ws:
+                            self.note(n * t, w * t)
+                            add("pm1", k, d, w, e, w * t, 1, sig.with_dims([_set(src, d, w)], _set(out, e, w * t)).key())
+
+    def _dot(self, sig: Sig, ins: Instruction, ins_dims: list[Dims], out: Dims) -> None:
+        k, add = sig.key(), self.t.add
+        p = ins.parsed
+        lb, rb = list(p.get("lhs_batch_dims", [])), list(p.get("rhs_batch_dims", []))
+        lc, rc = list(p.get("lhs_contracting_dims", [])), list(p.get("rhs_contracting_dims", []))
+        lhs, rhs = ins_dims
+        lfree = [x for x in range(len(lhs)) if x not in lb and x not in lc]
+        rfree = [x for x in range(len(rhs)) if x not in rb and x not in rc]
+        for i, (dl, dr) in enumerate(zip(lb, rb, strict=False)):
+            if lhs[dl] == rhs[dr]:
+                for w in self._ws(lhs[dl]):
+                    add("pdb", k, dl, dr, w, i, sig.with_dims([_set(lhs, dl, w), _set(rhs, dr, w)], _set(out, i, w)).key())
+        for j, dl in enumerate(lfree):
+            e = len(lb) + j
+            for w in self._ws(lhs[dl]):
+                add("pm2l", k, dl, w, e, w, 1, sig.with_dims([_set(lhs, dl, w), rhs], _set(out, e, w)).key())
+        for j, dr in enumerate(rfree):
+            e = len(lb) + len(lfree) + j
+            for w in self._ws(rhs[dr]):
+                add("pm2r", k, dr, w, e, w, 1, sig.with_dims([lhs, _set(rhs, dr, w)], _set(out, e, w)).key())
+        for dl, dr in zip(lc, rc, strict=False):
+            if lhs[dl] == rhs[dr]:
+                for w in self._ws(lhs[dl]):
+                    add("pdc", k, dl, dr, w, sig.with_dims([_set(lhs, dl, w), _set(rhs, dr, w)], out).key())
+
+
+def rows_pick(ins: Instruction, src: Dims, idx: Dims, c: int) -> tuple[int, int] | None:
+    """(d, w) when distributed gather ``ins`` is index_select along d of w rows (kept in place)
+    out of an operand with n <= c·w rows there: a rank's own rows of a padded layout."""
+    p = ins.parsed
+    collapsed = list(p.get("collapsed_slice_dims", []))
+    if ins.opcode != "gather" or len(idx) != 1 or p.get("index_vector_dim") != 1 or len(collapsed) != 1 or list(p.get("start_index_map", [])) != collapsed:
+        return None
+    d, w = collapsed[0], idx[0]
+    if not 0 <= d < len(src) or not 0 < src[d] <= c * w:
+        return None
+    if list(p.get("slice_sizes", [])) != [1 if i == d else n for i, n in enumerate(src)]:
+        return None
+    if list(p.get("offset_dims", [])) != [i for i in range(len(src)) if i != d] or tuple(ins.shape.dims) != tuple(w if i == d else n for i, n in enumerate(src)):
+        return None
+    if p.get("operand_batching_dims") or p.get("start_indices_batching_dims"):
+        return None
+    return d, w
+
+
+def seed_pairs(padded_inputs: list[tuple[int, int]], distributed: list[Instruction], c: int) -> set[tuple[int, int]]:
+    """The (n, w) pairs to start from: padded inputs (baseline extent, width) and the rank's
+    own-rows gathers of the distributed program."""
+    pairs = set(padded_inputs)
+    shapes = {i.name: tuple(i.shape.dims) for i in distributed}
+    for ins in distributed:
+        if ins.opcode == "gather" and len(ins.operands) == 2:
+            src, idx = shapes.get(ins.operands[0]), shapes.get(ins.operands[1])
+            if src is not None and idx is not None:
+                found = rows_pick(ins, src, idx, c)
+                if found is not None:
+                    pairs.add((src[found[0]], found[1]))
+    return pairs

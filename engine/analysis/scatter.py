@@ -1,0 +1,250 @@
+"""Scatter as the analysis reads it: a typed, strict form of the instruction and the shape tables
+of rules/scatter.egg.
+
+``read_scatter`` turns a parsed ``scatter`` into a :class:`ScatterForm` or says why it cannot:
+every attribute must be one it knows (an attribute it does not know could change the value, so
+the instruction stays unsupported and can never verify), the combiner (``to_apply``) must be a
+plain add/max/min/mul/and/or (``overwrite``, ``ROOT p1``, depends on the order of colliding
+updates and is left out), and the dimension numbers must fit the operand shapes.
+
+The tables (one row per signature key, written only for the forms the laws are stated for):
+
+``scatpick(k, d, n)``        k is ``index_add`` along d with one index: operand with n elements
+                             along d, indices s[1], updates of the operand's shape with 1 at d,
+                             combiner add (the backward of index_select of one element)
+``scatrows(kb, kp, w)``      baseline k is ``index_add`` along 0 (an embedding's backward) into
+                             c·w rows; kp the same scatter into w rows (per rank), no promises
+``scatmask(kbc, kp)``        kbc broadcasts a pred per index over the update rows of distributed
+                             scatter kp (index_add along 0)
+``catone(k)``                a concatenate of one operand (the identity)
+``scatcomb(k, op)``          k's combiner is op (add, max, min) — the partial-sum law
+``gplin(k)``                 linear unary maps (reshape, transpose, broadcast, slice, copy,
+                             negate) of the group-partial relation, keys of baseline signatures
+``gplin2(k, op)``            add / subtract / multiply (baseline signatures)
+``gpdot(k, dl, el, dr, er, K, d2, kp)``  dot contracting the pair (el, er) that grp blocks by
+                             r mod K, (dl, dr) a batch pair the result keeps at d2
+``gpred(k, d, K, e, d2, kp)`` reduce(add) whose dimensions include e (blocked r mod K) but not
+                             d; e = -1: any reduce(add) keeping d (of a group-partial sum)
+``gpdus(k, d, K, kp)``       dynamic-update-slice that keeps d whole (literal 0 start there)
+``gppad(k, d, K, kp)``       pad that leaves d unpadded
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir import Instruction, Shape
+from .ops import VALUE_NEUTRAL_ATTRS
+from .signature import Dims, Sig
+from .tables import gscale
+
+# Attributes of scatter the reader understands; anything else keeps the scatter unsupported.
+KNOWN_ATTRS = frozenset(
+    {
+        "update_window_dims", "inserted_window_dims", "scatter_dims_to_operand_dims",
+        "index_vector_dim", "indices_are_sorted", "unique_indices", "input_batching_dims",
+        "scatter_indices_batching_dims", "to_apply", "reducer",
+    }
+)  # fmt: skip
+COMBINERS = frozenset({"add", "max", "min", "mul", "and", "or"})
+LINEAR_UNARY = frozenset({"reshape", "transpose", "broadcast", "slice", "copy", "negate"})
+LINEAR_BINARY = frozenset({"add", "subtract", "multiply"})
+
+
+@dataclass(frozen=True)
+class ScatterForm:
+    """One scatter's dimension numbers and combiner (XLA's operation semantics)."""
+
+    update_window_dims: tuple[int, ...]
+    inserted_window_dims: tuple[int, ...]
+    scatter_dims_to_operand_dims: tuple[int, ...]
+    index_vector_dim: int
+    input_batching_dims: tuple[int, ...]
+    scatter_indices_batching_dims: tuple[int, ...]
+    indices_are_sorted: bool
+    unique_indices: bool
+    combiner: str  # add | max | min | mul | and | or
+
+    def index_add_dim(self, operand: Dims, indices: Dims, updates: Dims) -> tuple[int, int] | None:
+        """(d, N) when this is ``index_add`` along d with N scalar indices: indices s[N] (index
+        vector dim 1, implicit) or s[N, 1], updates of the operand's shape with N at d, every
+        other operand dim a whole window dim in place, no batching dims."""
+        if self.input_batching_dims or self.scatter_indices_batching_dims:
+            return None
+        if self.index_vector_dim != 1 or not (len(indices) == 1 or (len(indices) == 2 and indices[1] == 1)):
+            return None
+        if len(self.inserted_window_dims) != 1 or self.scatter_dims_to_operand_dims != self.inserted_window_dims:
+            return None
+        d = self.inserted_window_dims[0]
+        if not 0 <= d < len(operand) or len(updates) != len(operand):
+            return None
+        if self.update_window_dims != tuple(x for x in range(len(operand)) if x != d):
+            return None
+        n_idx = indices[0]
+        if updates != tuple(n_idx if x == d else operand[x] for x in range(len(operand))):
+            return None
+        return d, n_idx
+
+
+def read_scatter(ins: Instruction, operands: list[Shape]) -> ScatterForm | str:
+    """The scatter's form, or why it is not understood (the reason of an unsupported finding)."""
+    p = ins.parsed
+    unknown = sorted(k for k in set(ins.attrs) | set(p) if k not in KNOWN_ATTRS and k not in VALUE_NEUTRAL_ATTRS)
+    if unknown:
+        return f"scatter attribute(s) {', '.join(unknown)} not understood"
+    if ins.shape.is_tuple or len(operands) != 3:
+        return "variadic scatter (several operands and updates) has no rules"
+    reducer = p.get("reducer")
+    if reducer not in COMBINERS:
+        return ("scatter whose combiner is not a plain add/max/min/mul/and/or (an overwrite depends on the "
+                "order of colliding updates unless the indices are unique, which is not proven)")
+    try:
+        form = ScatterForm(
+            tuple(int(x) for x in p.get("update_window_dims", [])),
+            tuple(int(x) for x in p.get("inserted_window_dims", [])),
+            tuple(int(x) for x in p.get("scatter_dims_to_operand_dims", [])),
+            int(p["index_vector_dim"]),
+            tuple(int(x) for x in p.get("input_batching_dims", [])),
+            tuple(int(x) for x in p.get("scatter_indices_batching_dims", [])),
+            _flag(p.get("indices_are_sorted", False)),
+            _flag(p.get("unique_indices", False)),
+            str(reducer),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        return f"scatter dimension numbers not understood ({exc})"
+    operand, indices, updates = (tuple(s.dims) for s in operands)
+    if ins.shape.dims != operand or operands[2].dtype != ins.shape.dtype or operands[0].dtype != ins.shape.dtype:
+        return "scatter whose result shape is not its operand's"
+    windows = len(form.update_window_dims) + len(form.inserted_window_dims) + len(form.input_batching_dims)
+    if windows != len(operand) or not 0 <= form.index_vector_dim <= len(indices):
+        return "scatter dimension numbers do not fit the operand shape"
+    vec = indices[form.index_vector_dim] if form.index_vector_dim < len(indices) else 1
+    if len(form.scatter_dims_to_operand_dims) != vec or any(not 0 <= x < len(operand) for x in form.scatter_dims_to_operand_dims):
+        return "scatter_dims_to_operand_dims does not fit the index vector"
+    if len(updates) != len(form.update_window_dims) + len(indices) - (1 if form.index_vector_dim < len(indices) else 0):
+        return "scatter updates rank does not fit the dimension numbers"
+    return form
+
+
+def _flag(v: object) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.strip().lower() in ("true", "false"):
+        return v.strip().lower() == "true"
+    raise ValueError(f"not a boolean: {v!r}")
+
+
+def scatter_rows(rows: dict[str, list[tuple[object, ...]]], side: str, sig: Sig, ins: Instruction, opnd: list[Shape], c: int) -> None:
+    """scatpick / scatrows / scatcomb rows of one scatter instruction."""
+    form = read_scatter(ins, opnd)
+    if isinstance(form, str):
+        return
+    key = sig.key()
+    if form.combiner in ("add", "max", "min"):
+        rows["scatcomb"].append((key, form.combiner))
+    operand, indices, updates = (tuple(s.dims) for s in opnd)
+    pick = form.index_add_dim(operand, indices, updates)
+    if pick is None or form.combiner != "add":
+        return
+    d, n_idx = pick
+    if side == "distributed" and n_idx == 1:
+        # One index: the promises (sorted, unique) hold whatever they say.
+        rows["scatpick"].append((key, d, operand[d]))
+    if side == "distributed" and d == 0 and len(indices) in (1, 2):
+        # The mask of the embedding backward, one pred per index spread over its update row.
+        mask = Sig("broadcast", (("dimensions", "[0]"),), (("pred", (n_idx,)),), ("pred", updates)).key()
+        rows["scatmask"].append((mask, key))
+    if side == "baseline" and d == 0 and operand[0] % c == 0 and operand[0] >= c and not form.unique_indices and not form.indices_are_sorted:
+        # Rank r's scatter writes into its w = V/c rows; its masked indices repeat (every
+        # token outside the block lands on row 0 with a zero update), so it must promise nothing.
+        w = operand[0] // c
+        kp = sig.with_dims([(w, *operand[1:]), indices, updates], (w, *operand[1:])).key()
+        rows["scatrows"].append((key, kp, w))
+
+
+def scatter_group_factors(ins: Instruction, opnd: list[Shape], c: int) -> set[int]:
+    """{K} when ``ins`` is index_add of one element along a dim of n = c/K elements (the
+    backward of a rank-group index_select), else {}."""
+    form = read_scatter(ins, opnd)
+    if isinstance(form, str) or form.combiner != "add":
+        return set()
+    operand = tuple(opnd[0].dims)
+    pick = form.index_add_dim(operand, tuple(opnd[1].dims), tuple(opnd[2].dims))
+    if pick is None or pick[1] != 1 or not operand[pick[0]] or c % operand[pick[0]]:
+        return set()
+    return {c // operand[pick[0]]}
+
+
+def group_partial_rows(rows: dict[str, list[tuple[object, ...]]], sig: Sig, ins: Instruction, ins_dims: list[Dims], out: Dims, factors: list[int], c: int, literal_zero: list[bool]) -> None:
+    """gplin / gplin2 / gpdot / gpred / gpdus / gppad rows of one baseline signature for the group
+    factors K of the distributed graph's rank-indexed index_selects. ``literal_zero[i]``: operand
+    i is a scalar integer literal 0 (dynamic-update-slice starts)."""
+    op, key = sig.opcode, sig.key()
+    if op in LINEAR_UNARY:
+        rows["gplin"].append((key,))
+    if op in LINEAR_BINARY and len(ins_dims) == 2:
+        rows["gplin2"].append((key, op))
+    for k in factors:
+        if op == "dot" and len(ins_dims) == 2:
+            _gpdot(rows, sig, ins, ins_dims, out, k, c)
+        elif op == "reduce" and len(ins_dims) == 2 and ins.parsed.get("reducer") == "add":
+            dims = sorted(int(x) for x in ins.parsed.get("dimensions", []))
+            for d in range(len(ins_dims[0])):
+                if d in dims:
+                    continue
+                d2 = d - sum(1 for x in dims if x < d)
+                for e in (-1, *dims):
+                    si, so = gscale(ins_dims[0], d, k, e, c), gscale(out, d2, k, -1, c)
+                    if si and so:
+                        rows["gpred"].append((key, d, k, e, d2, sig.with_dims([si, ins_dims[1]], so).key()))
+        elif op == "dynamic-update-slice" and len(ins_dims) >= 3:
+            base, upd = ins_dims[0], ins_dims[1]
+            for d in range(len(base)):
+                if d + 2 >= len(literal_zero) or not literal_zero[d + 2] or upd[d] != base[d]:
+                    continue
+                sb, su = gscale(base, d, k, -1, c), gscale(upd, d, k, -1, c)
+                if sb and su:
+                    rows["gpdus"].append((key, d, k, sig.with_dims([sb, su, *ins_dims[2:]], sb).key()))
+        elif op == "pad" and len(ins_dims) == 2:
+            cfg = _pad_config(ins)
+            if cfg is None or len(cfg) != len(out):
+                continue
+            for d in range(len(out)):
+                if cfg[d] != (0, 0, 0):
+                    continue
+                si, so = gscale(ins_dims[0], d, k, -1, c), gscale(out, d, k, -1, c)
+                if si and so:
+                    rows["gppad"].append((key, d, k, sig.with_dims([si, ins_dims[1]], so).key()))
+
+
+def _pad_config(ins: Instruction) -> list[tuple[int, int, int]] | None:
+    """(low, high, interior) per dim from ``padding=0_0x1_2_0...``."""
+    text = ins.attrs.get("padding")
+    if not isinstance(text, str):
+        return None
+    out = []
+    for part in text.strip().split("x"):
+        nums = part.split("_")
+        if len(nums) not in (2, 3):
+            return None
+        try:
+            vals = [int(v) for v in nums]
+        except ValueError:
+            return None
+        out.append((vals[0], vals[1], vals[2] if len(vals) == 3 else 0))
+    return out
+
+
+def _gpdot(rows: dict[str, list[tuple[object, ...]]], sig: Sig, ins: Instruction, ins_dims: list[Dims], out: Dims, k: int, c: int) -> None:
+    p = ins.parsed
+    lb, rb = [int(x) for x in p.get("lhs_batch_dims", [])], [int(x) for x in p.get("rhs_batch_dims", [])]
+    lc, rc = [int(x) for x in p.get("lhs_contracting_dims", [])], [int(x) for x in p.get("rhs_contracting_dims", [])]
+    lhs, rhs = ins_dims
+    for i, (dl, dr) in enumerate(zip(lb, rb, strict=False)):
+        for el, er in zip(lc, rc, strict=False):
+            sl, sr, so = gscale(lhs, dl, k, el, c), gscale(rhs, dr, k, er, c), gscale(out, i, k, -1, c)
+            if sl and sr and so:
+                rows["gpdot"].append((sig.key(), dl, el, dr, er, k, i, sig.with_dims([sl, sr], so).key()))
+
+
+SCATTER_TABLES = ("scatpick", "scatrows", "scatmask", "scatcomb", "catone", "gplin", "gplin2", "gpdot", "gpred", "gpdus", "gppad")
