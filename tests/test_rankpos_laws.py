@@ -295,3 +295,32 @@ def test_extreme_shifted_by_another_constant_or_wrapping_is_not_verified(tmp_pat
     # s32, x in [0, 16): x + 2147483640 wraps for x >= 8, so max(x + v) is not max(x) + v.
     r = _check(tmp_path, *_shift_pair("s32", "2147483640", "2147483640", "max", "-2147483648"), "auto")
     assert r.verdict != VERIFIED, r.reason
+
+
+# ---- an extreme through negation: max(x) = -min(-x) over the ranks ---------------------------
+def _neg_pair(op: str, local: str, across: str, final_negate: bool = True) -> tuple[str, str, str]:
+    def comp(name: str) -> str:
+        return f"%{name} (a: f32[], b: f32[]) -> f32[] {{\n  %a = f32[] parameter(0)\n  %b = f32[] parameter(1)\n  ROOT %m = f32[] {'maximum' if name == 'max' else 'minimum'}(%a, %b)\n}}\n\n"
+
+    init = {"max": "-inf", "min": "inf"}
+    base = f"HloModule ng_b\n\n{comp(op)}ENTRY %main {{\n  %x = f32[16,8] parameter(0)\n  %lo = f32[] constant({init[op]})\n  ROOT %m = f32[8] reduce(%x, %lo), dimensions={{0}}, to_apply=%{op}\n}}\n"
+    tail = "  ROOT %y = f32[8] negate(%g)\n" if final_negate else "  ROOT %y = f32[8] copy(%g)\n"
+    dist = (f"HloModule ng_d\n\n{comp('max')}{comp('min')}ENTRY %main {{\n  %x = f32[4,8] parameter(0)\n  %n = f32[4,8] negate(%x)\n  %i = f32[] constant({init[local]})\n"
+            f"  %m = f32[8] reduce(%n, %i), dimensions={{0}}, to_apply=%{local}\n  %g = f32[8] all-reduce(%m), replica_groups={{{{0,1,2,3}}}}, to_apply=%{across}\n" + tail + "}\n")
+    rel = _rel(["baseline: 0, distributed: 0, relation: sharded, dim: 0"], ["baseline: 0, distributed: 0, relation: duplicate"])
+    return base, dist, rel
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_extreme_through_negation(tmp_path: Path, op: str) -> None:
+    flip = "min" if op == "max" else "max"
+    r = _check(tmp_path, *_neg_pair(op, flip, flip), "always")
+    assert r.verdict == VERIFIED, r.reason
+    assert r.witness is not None and r.witness["status"] == "equal", r.witness
+
+
+@pytest.mark.parametrize("variant", [("max", "min", "max", True), ("max", "max", "max", True), ("max", "min", "min", False)])
+def test_extreme_through_negation_bugs_are_diverged(tmp_path: Path, variant: tuple[str, str, str, bool]) -> None:
+    """all-reduce of the wrong extreme; the local reduce not flipped; the final negate missing."""
+    r = _check(tmp_path, *_neg_pair(*variant), "auto")
+    assert r.verdict == "diverged" and r.witness is not None and r.witness["status"] == "confirmed", r.reason

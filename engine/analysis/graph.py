@@ -112,7 +112,7 @@ ROW_TABLES = (
     "litfint", "gatherpick", "repeatbc", "mergenext", "unitbcast", "keepsvals",
     "argred", "iotadim", "gteidx", "intwidento", "redone", "cmpeq", "affmove", "unitdim",
     "litrecip", "maskunflat", "catdim", "predtof",
-    "iotaval", "numconv", "gatherrows", "intshl", "padop", "truelit", "andop", "andreduce", "dusat", "farith", "fcmpop", "extop", "perrank",
+    "iotaval", "numconv", "gatherrows", "intshl", "padop", "truelit", "andop", "andreduce", "dusat", "farith", "fcmpop", "extop", "perrank", "fnegop", "reduceflip",
     *SCATTER_TABLES,
 )  # fmt: skip
 
@@ -206,7 +206,7 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
                 if bkey is not None:
                     rows["unitbcast"].append((key, bkey))
             _rank_tables(rows, side, node, sig, opnd_shapes, g, spec.c)
-            _rpos_tables(rows, ins, key, opnd_shapes, spec.c, side)
+            _rpos_tables(rows, ins, key, opnd_shapes, spec.c, side, sig)
             if side == "distributed" and ins.opcode == "gather" and len(opnd_shapes) == 2:
                 pick = rows_pick(ins, tuple(opnd_shapes[0].dims), tuple(opnd_shapes[1].dims), spec.c)
                 if pick is not None:  # rules/padded.egg
@@ -591,10 +591,23 @@ def _arange_start(ins: Instruction) -> int | None:
     return vals[0] if I64_MIN <= vals[0] <= I64_MAX else None
 
 
-def _rpos_tables(rows: dict[str, list[tuple[object, ...]]], ins: Instruction, key: str, opnd: list[Shape], c: int, side: str = "") -> None:
+def _rpos_tables(rows: dict[str, list[tuple[object, ...]]], ins: Instruction, key: str, opnd: list[Shape], c: int, side: str = "", sig: Sig | None = None) -> None:
     """Tables for rules/rankpos.egg: iota-like literals, exact converts from ints, row gathers
-    at rank positions and integer shift-lefts."""
+    at rank positions, integer shift-lefts, range-decided predicates, float rank arithmetic,
+    max/min identities and negated extremes."""
     op, out = ins.opcode, ins.shape
+    if op == "negate" and out.dtype in FLOAT_PRECISION:
+        rows["fnegop"].append((key,))
+    if op == "reduce" and sig is not None and side == "baseline" and len(opnd) == 2 and out.dtype in FLOAT_PRECISION:
+        dims = list(ins.parsed.get("dimensions", []))
+        red = ins.parsed.get("reducer")
+        if len(dims) == 1 and red in ("max", "min"):
+            d = dims[0]
+            n = opnd[0].dims[d]
+            if n % c == 0 and n >= c:
+                si = (*opnd[0].dims[:d], n // c, *opnd[0].dims[d + 1 :])
+                flip = "min" if red == "max" else "max"
+                rows["reduceflip"].append((key, d, red, sig.with_dims([si, opnd[1].dims], reducer=flip).key(), flip))
     here = _shape_text(out.dtype, tuple(out.dims))
 
     def per_rank(d: int) -> str:
