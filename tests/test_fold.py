@@ -67,11 +67,12 @@ def test_folded_partitioned_and_whole_graph_runs_agree(name: str) -> None:
 def test_repeated_layers_are_folded_and_proven_from_their_blocks() -> None:
     r = _check(DEEP)
     assert r.verdict == "verified"
-    assert r.stats["fold"] == {"folded_layers": 6}
+    # Layers 0-6 are one class: all folded, the first too (layer 7 differs: kept whole).
+    assert r.stats["fold"] == {"folded_layers": 7}
     folded = [s for s in r.stats["segment_report"] if s.get("folded")]
-    assert [s["layer"] for s in folded] == [1, 2, 3, 4, 5, 6]
-    # Layer 1 reads layer 0's facts, the later ones the same facts again: one block proof
-    # serves them (input facts are part of the memo key).
+    assert [s["layer"] for s in folded] == [0, 1, 2, 3, 4, 5, 6]
+    # Each layer reads the facts its predecessor's block proof gave: one block proof serves
+    # them when those facts repeat (input facts are part of the memo key).
     assert 1 <= sum(not s["reused"] for s in folded) <= 2
     # The trace runs through the placeholders and names the layer a proof was reused from.
     rules = [s["rule"] for t in r.trace for s in t["steps"]]
@@ -143,7 +144,7 @@ def test_metadata_and_channel_ids_do_not_separate_layers() -> None:
     dist = _edit_layer(dist, 4, "source_line=384", "source_line=999", count=3)
     dist = _edit_layer(dist, 4, "channel_id=1", "channel_id=77")
     f = _fold(base, dist)
-    assert f is not None and set(f.layers) == {1, 2, 3, 4, 5, 6}
+    assert f is not None and set(f.layers) == {0, 1, 2, 3, 4, 5, 6}  # a class's first layer is folded too
     assert len({fl.cls for fl in f.layers.values()}) == 1
 
 
@@ -176,7 +177,7 @@ def test_strings_are_compared_whole_and_names_inside_them_are_not_renamed() -> N
     for k in range(8):
         same = tag(same, k, "%dot.1, metadata={op_name=\\\"x\\\"}")
     f = _fold(base, same)
-    assert f is not None and set(f.layers) == {1, 2, 3, 4, 5, 6}
+    assert f is not None and set(f.layers) == {0, 1, 2, 3, 4, 5, 6}
     # Strings that differ only by a %name or by what follows a metadata-like text inside them.
     for v4, v5 in (("%dot.1", "%dot.2"), ("a, metadata={op_name=\\\"x\\\"}", "a, metadata={op_name=\\\"y\\\"}")):
         text = dist

@@ -8,6 +8,7 @@ of torch-xla and Megatron); the lifting itself is tested on hand-written texts, 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -305,6 +306,153 @@ def test_every_all_to_all_form_is_token_free_over_its_group() -> None:
     assert groups == ["{{0,1,2,3}}", "{{0,1}}", "{{0,1}}"], lines
     assert all(x.split(" = ")[1].startswith("bf16[") for x in lines)
     assert " call(" not in proc.stdout and "f32[] parameter" not in proc.stdout, proc.stdout
+
+
+_FUNCTIONAL_FORMS = '''
+import json
+
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as fc
+import torch.distributed.nn.functional as nnf
+import torch_xla
+
+from shardproof.engine.frontend import capture
+from shardproof.engine.frontend.torchdist import backend
+
+capture.keep_scalars_constant()
+backend.start(1, 4)
+groups = {"world": dist.group.WORLD, "sub": dist.new_group([0, 1])}
+x = torch.ones(8, 4).to(torch_xla.device())
+ops = torch.ops._c10d_functional
+
+
+def forms(g):
+    name = g.group_name
+    return {
+        "all_reduce_sum": lambda: fc.all_reduce(x, "sum", g),
+        "all_reduce_avg": lambda: fc.all_reduce(x, "avg", g),
+        "all_reduce_max": lambda: fc.all_reduce(x, "max", g),
+        "all_reduce_min": lambda: fc.all_reduce(x, "min", g),
+        "all_reduce_product": lambda: fc.all_reduce(x, "product", g),
+        "all_reduce_inplace": lambda: fc.all_reduce_inplace(x.clone(), "sum", g),
+        "all_reduce_coalesced": lambda: torch.cat(fc.all_reduce_coalesced([x, x * 2], "sum", g)),
+        "all_gather_into_tensor": lambda: fc.all_gather_tensor(x, 0, g),
+        "all_gather_inplace": lambda: fc.all_gather_tensor_inplace(torch.empty(8 * g.size(), 4, device=x.device), x, g),
+        "all_gather_into_tensor_coalesced": lambda: fc.all_gather_into_tensor_coalesced([x], g)[0],
+        "all_gather_autograd": lambda: fc.all_gather_tensor_autograd(x, 0, g),
+        "reduce_scatter_tensor": lambda: fc.reduce_scatter_tensor(x, "sum", 0, g),
+        "reduce_scatter_tensor_coalesced": lambda: fc.reduce_scatter_tensor_coalesced([x], "sum", [0], g)[0],
+        "reduce_scatter_autograd": lambda: fc.reduce_scatter_tensor_autograd(x, "sum", 0, g),
+        "broadcast": lambda: fc.broadcast(x, 1, g),
+        "reduce_scatter_inplace": lambda: fc.reduce_scatter_tensor_inplace(torch.empty(8 // g.size(), 4, device=x.device), x, "sum", g),
+        "wait_tensor": lambda: fc.wait_tensor(ops.all_reduce(x, "sum", name)),
+        "nn_all_reduce": lambda: nnf.all_reduce(x, group=g),
+        "nn_all_gather": lambda: torch.cat(nnf.all_gather(x, group=g)),
+    }
+
+
+texts = {}
+for where, g in groups.items():
+    for op, make in forms(g).items():
+        text = torch_xla._XLAC._get_xla_tensors_hlo([make() * 1])
+        texts[f"{op}@{where}"] = backend.inline_collectives(text, {"instructions": {}})
+# The name torch-xla's own xm.all_reduce passes for every replica: the world.
+texts["all_reduce_sum@unnamed"] = backend.inline_collectives(torch_xla._XLAC._get_xla_tensors_hlo([ops.all_reduce(x, "sum", "") * 1]), {})
+
+errors = {}
+refused = {
+    "bxor": lambda: fc.all_reduce(x, "bxor", groups["sub"]),
+    "avg_int": lambda: fc.all_reduce(torch.ones(8, 4, dtype=torch.int32, device=x.device), "avg", groups["sub"]),
+    "group_size": lambda: ops.all_gather_into_tensor(x, 4, groups["sub"].group_name),
+    "uneven": lambda: ops.reduce_scatter_tensor(torch.ones(3, 4, device=x.device), "sum", 2, groups["sub"].group_name),
+    "broadcast_root": lambda: fc.broadcast(x, 2, groups["sub"]),
+}
+for what, call in refused.items():
+    try:
+        call()
+    except NotImplementedError as e:
+        errors[what] = str(e)
+print(json.dumps({"texts": texts, "errors": errors}))
+'''
+
+# Functional op -> (opcode, instructions of it, the reduction of its to_apply if any).
+_FUNCTIONAL_OPCODES: dict[str, tuple[str, int, str | None]] = {
+    "all_reduce_sum": ("all-reduce", 1, "add"),
+    "all_reduce_avg": ("all-reduce", 1, "add"),
+    "all_reduce_max": ("all-reduce", 1, "maximum"),
+    "all_reduce_min": ("all-reduce", 1, "minimum"),
+    "all_reduce_product": ("all-reduce", 1, "multiply"),
+    "all_reduce_inplace": ("all-reduce", 1, "add"),
+    "all_reduce_coalesced": ("all-reduce", 2, "add"),
+    "all_gather_into_tensor": ("all-gather", 1, None),
+    "all_gather_inplace": ("all-gather", 1, None),
+    "all_gather_into_tensor_coalesced": ("all-gather", 1, None),
+    "all_gather_autograd": ("all-gather", 1, None),
+    "reduce_scatter_tensor": ("reduce-scatter", 1, "add"),
+    "reduce_scatter_tensor_coalesced": ("reduce-scatter", 1, "add"),
+    "reduce_scatter_autograd": ("reduce-scatter", 1, "add"),
+    "broadcast": ("all-gather", 1, None),
+    "reduce_scatter_inplace": ("reduce-scatter", 1, "add"),
+    "wait_tensor": ("all-reduce", 1, "add"),
+    "nn_all_reduce": ("all-reduce", 1, "add"),
+    "nn_all_gather": ("all-gather", 1, None),
+}
+_COLLECTIVE = re.compile(r"^\s*(?:ROOT )?%\S+ = (\S+) (all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|all-gather-start|all-reduce-start)\((.*)$", re.M)
+
+
+def _reduction(text: str, line: str) -> str:
+    """The opcode of the ROOT of the computation a collective's ``to_apply`` names."""
+    callee = re.search(r"to_apply=%(\S+?)[,\s]", line + " ").group(1)
+    body = text[text.index(f"%{callee} (") :]
+    return re.search(r"ROOT %\S+ = \S+ ([a-z-]+)\(", body).group(1)
+
+
+def test_every_functional_collective_is_token_free_over_its_group(tmp_path: Path) -> None:
+    """torch.distributed._functional_collectives (and its autograd, in-place and coalesced
+    forms; torch.distributed.nn.functional) lower through this backend: torch-xla's own kernels
+    would write token-carrying ops with replica_groups={} and ignore the group."""
+    pytest.importorskip("torch_xla")
+    script = tmp_path / "functional_forms.py"
+    script.write_text(_FUNCTIONAL_FORMS)
+    env = {**os.environ, "PJRT_DEVICE": "CPU"}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    texts = doc["texts"]
+    expected_groups = {"world": "{{0,1,2,3}}", "sub": "{{0,1}}"}
+    assert set(texts) == {f"{op}@{g}" for op in _FUNCTIONAL_OPCODES for g in expected_groups} | {"all_reduce_sum@unnamed"}
+    for key, text in texts.items():
+        op, where = key.split("@")
+        opcode, count, reduction = _FUNCTIONAL_OPCODES[op]
+        size = 2 if where == "sub" else 4
+        lines = _COLLECTIVE.findall(text)
+        assert [x[1] for x in lines] == [opcode] * count, (key, text)
+        for shape, _, rest in lines:
+            assert f"replica_groups={expected_groups.get(where, '{{0,1,2,3}}')}" in rest, (key, rest)
+            if reduction is not None:
+                assert _reduction(text, rest) == reduction, (key, text)
+            if opcode == "all-gather":
+                assert "dimensions={0}" in rest and shape.split("{")[0] in (f"f32[{8 * size},4]", f"f32[{size},8,4]"), (key, shape)
+            if opcode == "reduce-scatter":
+                assert shape.startswith(f"f32[{8 // size},4]"), (key, shape)
+        # Token-free: the program's only parameter is the input, no call is left.
+        entry = text[text.index("\nENTRY ") :]
+        params = [x for x in entry.splitlines() if " parameter(" in x]
+        assert len(params) == 1 and "f32[8,4]" in params[0], (key, params)
+        assert " call(" not in text and "token" not in text and "after-all" not in text, (key, text)
+    assert " divide(" in texts["all_reduce_avg@sub"] and " divide(" not in texts["all_reduce_sum@sub"]
+    # broadcast from group rank 1: the gathered piece of rank 1, on the world and on [0, 1].
+    assert "slice={[32:64]}" in texts["broadcast@world"] and "slice={[32:64]}" in texts["broadcast@sub"]
+    # Refusals are NotImplementedError naming the caller's line.
+    errors = doc["errors"]
+    assert set(errors) == {"bxor", "avg_int", "group_size", "uneven", "broadcast_root"}, errors
+    source = _FUNCTIONAL_FORMS.splitlines()  # starts with a newline: index i is line i + 1
+    for what, message in errors.items():
+        line = 1 + next(i for i, x in enumerate(source) if x.strip().startswith(f'"{what}": lambda'))
+        assert "has no XLA lowering in the shardproof backend" in message, message
+        assert message.endswith(f"(called at {script}:{line})"), (what, message, line)
+    assert "'bxor'" in errors["bxor"] and "torch.int32" in errors["avg_int"] and "group_size=4 over a group of 2" in errors["group_size"]
 
 
 # (name, whole input shape, dtype, input sharded dim, output sharded dim, verdict); built by

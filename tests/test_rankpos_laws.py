@@ -324,3 +324,82 @@ def test_extreme_through_negation_bugs_are_diverged(tmp_path: Path, variant: tup
     """all-reduce of the wrong extreme; the local reduce not flipped; the final negate missing."""
     r = _check(tmp_path, *_neg_pair(*variant), "auto")
     assert r.verdict == "diverged" and r.witness is not None and r.witness["status"] == "confirmed", r.reason
+
+
+# ---- torch-xla's token: `tok * gather(result)` added to the next collective's input ----------
+def _token_pair(scale: str) -> tuple[str, str, str]:
+    base = _hlo("tok_b", "", "  %x = f32[16,8] parameter(0)\n  %t = f32[16,8] tanh(%x)\n  ROOT %e = f32[16,8] exponential(%t)\n")
+    dist = _hlo("tok_d", "", "  %tok = f32[] parameter(0)\n  %x = f32[4,8] parameter(1)\n  %t = f32[4,8] tanh(%x)\n"
+                "  %ag = f32[16,8] all-gather(%t), replica_groups={{0,1,2,3}}, dimensions={0}\n  %z = s32[] constant(0)\n  %zb = s32[2] broadcast(%z), dimensions={}\n"
+                "  %g = f32[] gather(%ag, %zb), offset_dims={}, collapsed_slice_dims={0,1}, start_index_map={0,1}, index_vector_dim=0, slice_sizes={1,1}\n"
+                f"  %m = f32[] multiply({scale}, %g)\n  %mb = f32[16,8] broadcast(%m), dimensions={{}}\n  %y = f32[16,8] add(%ag, %mb)\n  ROOT %e = f32[16,8] exponential(%y)\n")
+    rel = _rel(["distributed: 0, relation: token", "baseline: 0, distributed: 1, relation: sharded, dim: 0"], ["baseline: 0, distributed: 0, relation: duplicate"])
+    return base, dist, rel
+
+
+def test_token_times_a_value_is_zero(tmp_path: Path) -> None:
+    r = _check(tmp_path, *_token_pair("%tok"), "always")
+    assert r.verdict == VERIFIED, r.reason
+    assert r.witness is not None and r.witness["status"] == "equal", r.witness
+
+
+def test_a_non_token_scale_is_not_stripped(tmp_path: Path) -> None:
+    base, dist, rel = _token_pair("%one")
+    dist = dist.replace("  %m = f32[] multiply(", "  %one = f32[] constant(1)\n  %m = f32[] multiply(")
+    r = _check(tmp_path, base, dist, rel, "auto")
+    assert r.verdict == "diverged" and r.witness is not None and r.witness["status"] == "confirmed", r.reason
+
+
+# ---- the compiled JAX embedding: rows kept as a unit dim, a reshape drops it -----------------
+JAXC_VOCAB = Path(__file__).parent / "adversarial" / "pairs" / "c_jaxc_vocab_embedding_axis_index"
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ("%add.12 = s32[] add(%mul.4, %constant.10.clone.2)", "%c7 = s32[] constant(7)\n  %add.12 = s32[] add(%mul.4, %c7)"),  # upper bound w·r + 7
+    ("%sub.5 = s32[8]{0} subtract(%param_1.3, %lt.15)", "%sub.5 = s32[8]{0} subtract(%lt.15, %param_1.3)"),  # w·r - id, not id - w·r
+])
+def test_compiled_vocab_embedding_mutants_are_not_verified(tmp_path: Path, old: str, new: str) -> None:
+    base = (JAXC_VOCAB / "baseline.hlo").read_text()
+    dist = (JAXC_VOCAB / "distributed.hlo").read_text()
+    assert old in dist
+    r = _check(tmp_path, base, dist.replace(old, new), (JAXC_VOCAB / "relations.yaml").read_text(), "auto")
+    assert r.verdict != VERIFIED, r.reason
+    assert r.witness is not None and r.witness["status"] == "confirmed", r.witness
+
+
+def test_compiled_vocab_embedding_verifies(tmp_path: Path) -> None:
+    texts = [(JAXC_VOCAB / n).read_text() for n in ("baseline.hlo", "distributed.hlo", "relations.yaml")]
+    r = _check(tmp_path, *texts, "always")
+    assert r.verdict == VERIFIED, r.reason
+    assert r.witness is not None and r.witness["status"] == "equal", r.witness
+
+
+# ---- a stable sort along the dim that is not sharded -----------------------------------------
+def _sort_pair(dim: int, stable: bool, two: bool) -> tuple[str, str, str]:
+    cmp2 = "%lt (a: s32[], b: s32[], c: f32[], d: f32[]) -> pred[] {\n  %a = s32[] parameter(0)\n  %b = s32[] parameter(1)\n  %c = f32[] parameter(2)\n  %d = f32[] parameter(3)\n  ROOT %r = pred[] compare(%a, %b), direction=LT\n}\n\n"
+    cmp1 = "%lt (a: f32[], b: f32[]) -> pred[] {\n  %a = f32[] parameter(0)\n  %b = f32[] parameter(1)\n  ROOT %r = pred[] compare(%a, %b), direction=GT\n}\n\n"
+    attr = f"dimensions={{{dim}}}" + (", is_stable=true" if stable else "")
+
+    def side(n: int) -> str:
+        if two:
+            body = (f"  %k = s32[{n},64] parameter(0)\n  %v = f32[{n},64] parameter(1)\n  %s = (s32[{n},64], f32[{n},64]) sort(%k, %v), {attr}, to_apply=%lt\n"
+                    f"  ROOT %p = f32[{n},64] get-tuple-element(%s), index=1\n")
+        else:
+            body = f"  %v = f32[{n},64] parameter(0)\n  %e = f32[{n},64] exponential(%v)\n  ROOT %s = f32[{n},64] sort(%e), {attr}, to_apply=%lt\n"
+        return f"HloModule srt\n\n{cmp2 if two else cmp1}ENTRY %main {{\n{body}}}\n"
+
+    ins = ["baseline: 0, distributed: 0, relation: sharded, dim: 0, int_range: [0, 3]", "baseline: 1, distributed: 1, relation: sharded, dim: 0"] if two else ["baseline: 0, distributed: 0, relation: sharded, dim: 0"]
+    return side(16), side(4), _rel(ins, ["baseline: 0, distributed: 0, relation: sharded, dim: 0"])
+
+
+@pytest.mark.parametrize("two", [True, False])
+def test_stable_sort_along_the_other_dim(tmp_path: Path, two: bool) -> None:
+    r = _check(tmp_path, *_sort_pair(1, True, two), "always")
+    assert r.verdict == VERIFIED, r.reason
+    assert r.witness is not None and r.witness["status"] == "equal", r.witness
+
+
+def test_sort_along_the_sharded_dim_or_unstable_is_not_verified(tmp_path: Path) -> None:
+    r = _check(tmp_path, *_sort_pair(0, True, False), "auto")
+    assert r.verdict == "diverged" and r.witness is not None and r.witness["status"] == "confirmed", r.reason
+    assert _check(tmp_path, *_sort_pair(1, False, True), "auto").verdict != VERIFIED

@@ -192,22 +192,60 @@ def test_above_the_memory_budget_nothing_runs_and_the_diverging_instruction_conf
     d = PAIRS / "bug_missing_allreduce"
     b, di, _ = _texts(d)
     need = estimate_bytes(b, di, 4)
+    # Nothing fits, not even the diverging instruction alone: no evidence, so not `diverged`.
     tiny = _check(d, memory_mb=1e-4)
-    assert tiny.verdict == "diverged"
-    assert tiny.witness is not None and tiny.witness["status"] == "unconfirmed"
-    assert "memory budget" in tiny.witness["reason"] and "unconfirmed" in tiny.reason
-    # A budget the pair exceeds but its diverging instruction fits: confirmed there, at the line.
+    assert tiny.verdict == "unproven", tiny.reason
+    assert tiny.witness is not None and tiny.witness["status"] == "skipped"
+    assert "memory budget" in tiny.witness["reason"] and "not executed" in tiny.reason
+    # A budget the pair exceeds but its diverging instruction fits: it differs there, at the
+    # line: `diverged`, but unconfirmed (no output was compared).
     r = _check(d, memory_mb=need / 2**20 / 4)
     w = r.witness
-    assert w is not None and w["status"] == "confirmed", w
-    assert "not executed" in w["reason"] and "memory budget" in w["reason"]
+    assert r.verdict == "diverged" and w is not None and w["status"] == "unconfirmed", w
+    assert "not executed" in w["reason"] and "memory budget" in w["reason"] and "run alone differs" in w["reason"]
     seg = w["segment"]
     assert seg["instruction"] == r.divergences[0]["instruction"] and seg["source"] == "tests/pairs/models.py:135"
     assert {e["relation"] for e in seg["inputs"]} == {"duplicate", "partial"}
     assert r.divergences[0]["numeric"]["holds"] is False and r.divergences[0]["kind"] == "divergence"
     # Too many instructions to compile in time: the same path.
     r = _check(d, max_instructions=10)
-    assert r.witness is not None and r.witness["status"] == "confirmed" and "compile budget" in r.witness["reason"]
+    assert r.verdict == "diverged" and r.witness is not None and r.witness["status"] == "unconfirmed" and "compile budget" in r.witness["reason"]
+
+
+# A correct pair the rules do not prove: a slice of length 1 taken with stride 2 instead of 1
+# (the same element either way).
+_UNIT_SLICE = """HloModule m
+ENTRY e {
+  a = f32[6,4]{1,0} parameter(0)
+  s = f32[6,1]{1,0} slice(a), slice={[0:6:1], [3:4:STRIDE]}
+  ROOT y = f32[6,1]{1,0} exponential(s)
+}
+"""
+
+
+def test_a_pair_not_executed_is_diverged_only_when_its_diverging_instruction_differs(tmp_path: Path) -> None:
+    """The rules stop at a rule gap of a correct pair too big to execute: the diverging
+    instruction run alone holds (or cannot be run), so there is no evidence of a bug: the
+    verdict is `unproven` (exit 2), naming where the rules stopped, never a `diverged` without a
+    witness (the 405B train step at one token per rank said `diverged` this way)."""
+    (tmp_path / "baseline.hlo").write_text(_UNIT_SLICE.replace("STRIDE", "1"))
+    (tmp_path / "distributed.hlo").write_text(_UNIT_SLICE.replace("STRIDE", "2"))
+    (tmp_path / "relations.yaml").write_text(yaml.safe_dump({"groups": [[0, 1]], "inputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}],
+                                                           "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}))
+    assert _check(tmp_path).verdict == "unproven"  # executed: every output equal
+    # Too many instructions to compile; the slice alone runs and holds.
+    r = _check(tmp_path, max_instructions=2)
+    assert r.verdict == "unproven", r.reason
+    assert "the rules stopped at %s (slice" in r.reason and "not executed" in r.reason and "compile budget" in r.reason
+    assert "%s hold numerically when run alone" in r.reason
+    assert r.witness is not None and r.witness["status"] == "skipped"
+    assert r.divergences[0]["numeric"]["holds"] is True and {d["kind"] for d in r.divergences} == {"rule-gap"}
+    # Above the memory budget, the slice alone too: nothing ran, no evidence.
+    r = _check(tmp_path, memory_mb=1e-4)
+    assert r.verdict == "unproven" and "could be run alone" in r.reason, r.reason
+    assert {d["kind"] for d in r.divergences} == {"rule-gap"}
+    argv = ["check", str(tmp_path / "baseline.hlo"), str(tmp_path / "distributed.hlo"), "--relations", str(tmp_path / "relations.yaml"), "--witness-max-instructions", "2"]
+    assert cli.main(argv) == 2
 
 
 def test_a_round_trip_through_f32_is_not_rounding_noise() -> None:

@@ -112,7 +112,7 @@ ROW_TABLES = (
     "litfint", "gatherpick", "repeatbc", "mergenext", "unitbcast", "keepsvals",
     "argred", "iotadim", "gteidx", "intwidento", "redone", "cmpeq", "affmove", "unitdim",
     "litrecip", "maskunflat", "catdim", "predtof",
-    "iotaval", "numconv", "gatherrows", "intshl", "padop", "truelit", "andop", "andreduce", "dusat", "farith", "fcmpop", "extop", "perrank", "fnegop", "reduceflip",
+    "iotaval", "numconv", "gatherrows", "intshl", "padop", "truelit", "andop", "andreduce", "dusat", "farith", "fcmpop", "extop", "perrank", "fnegop", "reduceflip", "maskforr", "sortmoves", "gtemoves", "sortarray",
     *SCATTER_TABLES,
 )  # fmt: skip
 
@@ -221,6 +221,8 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
                 group_partial_rows(rows, sig, ins, [d for _, d in sig.ins], sig.out[1], groups.factors, spec.c, zeros)
             if ins.opcode == "custom-call" and ins.parsed.get("custom_call_target") in spec.custom_calls:
                 tables.custom_call(sig, spec.custom_calls[ins.parsed["custom_call_target"]], side == "baseline")
+            if ins.opcode == "broadcast":
+                tables.unit_broadcast(sig, ins, side == "baseline")  # rules/layout.egg ubcast
             if side == "baseline":
                 init: list[str] = []
                 if ins.opcode == "reduce" and len(operands) == 2:
@@ -236,6 +238,7 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
                 tables.distributed(sig, ins, bool(groups_ok))
     _mask_tables(rows, g)
     _unflat_mask_tables(rows, g)
+    _unit_row_mask_tables(rows, g)
     _round_trip_rows(rows, g)
     for k in SCATTER_TABLES:
         rows[k] = sorted(set(rows[k]), key=repr)
@@ -536,7 +539,12 @@ def _rank_tables(rows: dict[str, list[tuple[object, ...]]], side: str, node: Nod
         src = opnd[0].dims
         p = ins.parsed
         sizes = list(p.get("slice_sizes", []))
-        if (list(p.get("collapsed_slice_dims", [])) == [0] and list(p.get("start_index_map", [])) == [0]
+        collapsed = list(p.get("collapsed_slice_dims", []))
+        nb = ins.shape.rank - len(src)
+        if ((collapsed == [0]
+             # or the row kept as a unit dim, the offset dims trailing (XLA's compiled gathers)
+             or (collapsed == [] and list(p.get("offset_dims", [])) == list(range(nb, nb + len(src)))))
+                and list(p.get("start_index_map", [])) == [0]
                 and src and src[0] % c == 0 and sizes == [1, *src[1:]]
                 and (p.get("index_vector_dim") == len(opnd[1].dims)
                      # or an explicit index vector of one element (JAX: ids reshaped to [n, 1])
@@ -596,6 +604,22 @@ def _rpos_tables(rows: dict[str, list[tuple[object, ...]]], ins: Instruction, ke
     at rank positions, integer shift-lefts, range-decided predicates, float rank arithmetic,
     max/min identities and negated extremes."""
     op, out = ins.opcode, ins.shape
+    if op == "sort" and sig is not None and side == "baseline" and opnd and str(ins.parsed.get("is_stable", "")).lower() == "true":
+        # rules/window.egg: a stable sort along e sorts every slice along e on its own.
+        along = list(ins.parsed.get("dimensions", []))
+        src = opnd[0].dims
+        if len(along) == 1 and all(o.dims == src for o in opnd):
+            for d, n in enumerate(src):
+                if d != along[0] and n % c == 0 and n >= c:
+                    si = (*src[:d], n // c, *src[d + 1 :])
+                    kp = sig.with_dims([si] * len(opnd)).key() if out.is_tuple else sig.with_dims([si], si).key()
+                    rows["sortmoves"].append((key, d, kp))
+                    if not out.is_tuple:
+                        rows["sortarray"].append((key,))
+    if op == "get-tuple-element" and sig is not None and side == "baseline" and not out.is_tuple:
+        for d, n in enumerate(out.dims):
+            if n % c == 0 and n >= c:
+                rows["gtemoves"].append((key, d, sig.with_dims(None, (*out.dims[:d], n // c, *out.dims[d + 1 :])).key()))
     if op == "negate" and out.dtype in FLOAT_PRECISION:
         rows["fnegop"].append((key,))
     if op == "reduce" and sig is not None and side == "baseline" and len(opnd) == 2 and out.dtype in FLOAT_PRECISION:
@@ -773,6 +797,25 @@ def _mask_tables(rows: dict[str, list[tuple[object, ...]]], g: Graphs) -> None:
         for n in bcasts:
             if n.ins.shape.dims == gather.ins.shape.dims and list(n.ins.parsed.get("dimensions", [])) == batch:
                 rows["maskfor"].append((n.sig.key(), kp))  # type: ignore[union-attr]
+
+
+def _unit_row_mask_tables(rows: dict[str, list[tuple[object, ...]]], g: Graphs) -> None:
+    """maskforr(kbc, kr, kp) (rules/rankpos.egg): gather kp keeps each row as a unit dim
+    ([N, 1, h]); reshape kr drops that unit dim ([N, h], the same elements in the same order);
+    broadcast kbc spreads a per-index mask ([N]) over those rows (dims={0})."""
+    nodes = [n for n in g.nodes if n.side == "distributed" and n.sig is not None]
+    gathers = {n.sig.key(): n for n in nodes if n.ins.opcode == "gather"}  # type: ignore[union-attr]
+    for _, kp, _w in rows["gathershard"]:
+        gather = gathers.get(str(kp))
+        if gather is None or gather.ins.shape.rank != 3 or gather.ins.shape.dims[1] != 1 or list(gather.ins.parsed.get("collapsed_slice_dims", [])):
+            continue
+        n_ids, _, h = gather.ins.shape.dims
+        for r in nodes:
+            if r.ins.opcode == "reshape" and r.ins.shape.dims == (n_ids, h) and g.nodes[r.operands[0]].ins.shape.dims == (n_ids, 1, h):
+                for b in nodes:
+                    if (b.ins.opcode == "broadcast" and b.ins.shape.dims == (n_ids, h) and g.nodes[b.operands[0]].ins.shape.dims == (n_ids,)
+                            and g.nodes[b.operands[0]].ins.shape.dtype == "pred" and list(b.ins.parsed.get("dimensions", [])) == [0]):
+                        rows["maskforr"].append((b.sig.key(), r.sig.key(), kp))  # type: ignore[union-attr]
 
 
 def _unflat_mask_tables(rows: dict[str, list[tuple[object, ...]]], g: Graphs) -> None:

@@ -33,6 +33,9 @@ group size ``c``, computed here once per distinct signature and loaded as TSV ta
                              block sizes spec (merged_blocks); kp is the per-rank reshape.
 ``splitblocks(k, e, spec, d, kp)`` the inverse: reshape k splits e (fused, spec) so that each
                              block becomes dim d; the sharding becomes contiguous along d.
+``ubcast(L, K, kb, kd, K2)`` baseline broadcast kb and distributed broadcast kd of tensors related
+                             by layout L and kind K, where L only inserts or removes unit
+                             dims: the results relate plainly by K2 (unit_reshape_broadcasts).
 ``allreduce(k, op)``, ``allgather(k, d)``, ``reducescatter(k, d, op)``: collectives over the
                              sharding group (dist signatures only).
 ``alltoall(k, t, L, K)``     array all-to-all k of a tensor sharded along t: layout L, kind K
@@ -69,6 +72,8 @@ class Tables:
     def __init__(self, c: int) -> None:
         self.c = c
         self.rows: dict[str, set[Row]] = defaultdict(set)
+        # broadcast signatures seen per side (True: baseline), paired by unit_broadcast
+        self.bcasts: dict[bool, dict[str, tuple[Sig, list[int]]]] = {True: {}, False: {}}
 
     def add(self, table: str, *row: object) -> None:
         self.rows[table].add(row)
@@ -420,6 +425,22 @@ class Tables:
             if sig.ins[0][1][dims[0]] % self.c == 0:
                 self.add("alltoalldim", k, dims[0])
 
+    def unit_broadcast(self, sig: Sig, ins: Instruction, baseline: bool) -> None:
+        """rules/layout.egg ``ubcast``: pair broadcast ``sig`` of one side with every broadcast
+        of the other side seen so far (each pair once, whichever side comes first)."""
+        if len(sig.ins) != 1:
+            return
+        k, dims = sig.key(), list(ins.parsed.get("dimensions", []))
+        if k in self.bcasts[baseline]:
+            return
+        self.bcasts[baseline][k] = (sig, dims)
+        for ko, (other, odims) in self.bcasts[not baseline].items():
+            (kb, (bsig, bdims)), (kd, (dsig, ddims)) = ((k, (sig, dims)), (ko, (other, odims))) if baseline else ((ko, (other, odims)), (k, (sig, dims)))
+            if bsig.ins[0][0] != dsig.ins[0][0] or bsig.out[0] != dsig.out[0]:
+                continue
+            for lkey, kind, kind2 in unit_reshape_broadcasts(bsig.ins[0][1], bsig.out[1], bdims, dsig.ins[0][1], dsig.out[1], ddims, self.c):
+                self.add("ubcast", lkey, kind, kb, kd, kind2)
+
     def _window(self, sig: Sig, k: str, ins: Instruction, ins_dims: list[Dims], out: Dims) -> None:
         """rules/window.egg: revmoves(k, d, kp) reverse k leaves dim d in place (d not reversed);
         winmoves(k, d, kp) reduce-window k (operand, init) has a trivial window along d (size
@@ -558,6 +579,36 @@ def merged_blocks(src: Dims, out: Dims, c: int) -> list[tuple[int, int, tuple[in
             for e in range(len(out)):
                 if prod(src[:a]) == prod(out[:e]) and out[e] == m * n:
                     found.append((d, e, (n,) * m))
+    return found
+
+
+def unit_reshape_broadcasts(bsrc: Dims, bout: Dims, bdims: list[int], dsrc: Dims, dout: Dims, ddims: list[int], c: int) -> list[tuple[str, str, str]]:
+    """(L, K, K2) for which layout(x, x', L, K), z = broadcast(x) (``bsrc`` -> ``bout`` along
+    ``bdims``) and z' = broadcast(x') (``dsrc`` -> ``dout`` along ``ddims``) give K2(z, z').
+
+    K = dup: L(x') = x; K = s:d: L(x') = x's block along d, and then K2 = s:e for e = bdims[d].
+    L must be the reshape of x' to that block (or to x) that only inserts or removes unit dims,
+    so the two hold the same elements at the same coordinates once unit dims are dropped. The
+    broadcasts agree when each non-unit dim of x' lands at the output dim where the matching
+    non-unit dim of the block lands, and z' has the block's output shape. A per-rank extent of
+    1 (one token per rank under sequence parallelism, one head per rank) makes such pairs: the
+    rank's graph drops the unit dim the baseline keeps at its full extent."""
+    if len(bdims) != len(bsrc) or len(ddims) != len(dsrc) or any(bout[e] != n for e, n in zip(bdims, bsrc, strict=True)):
+        return []
+    found = []
+    cases: list[tuple[str, Dims | None, Dims | None, str]] = [("dup", bsrc, bout, "dup")]
+    for d, e in enumerate(bdims):
+        cases.append((f"s:{d}", scale(bsrc, d, c), scale(bout, e, c), f"s:{e}"))
+    for kind, block, out_block, kind2 in cases:
+        if block is None or out_block is None or tuple(dout) != tuple(out_block) or tuple(block) == tuple(dsrc):
+            continue  # the identity layout is the plain relation: rules/partition.egg broadcasts
+        bkeep = [i for i, n in enumerate(block) if n != 1]
+        dkeep = [j for j, n in enumerate(dsrc) if n != 1]
+        if [block[i] for i in bkeep] != [dsrc[j] for j in dkeep] or [bdims[i] for i in bkeep] != [ddims[j] for j in dkeep]:
+            continue
+        layout = Layout.from_chain(dsrc, [("reshape", block)])
+        if layout is not None and not layout.is_identity():
+            found.append((layout.key(), kind, kind2))
     return found
 
 

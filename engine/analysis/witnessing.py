@@ -6,13 +6,15 @@
   Every output equal on every seed: the rules stopped, no bug shows — verdict ``unproven``,
   naming where the rules stopped. Frontier entries whose expected relation holds numerically
   are rule gaps; the first that really differs is reported first, as *the* divergence.
-- A pair above the memory budget is not executed: ``diverged``, ``unconfirmed``. Each diverging
+- A pair above the memory budget (or one XLA:CPU cannot execute) is not executed. Each diverging
   instruction is then cut out alone, its operands parameters seeded with their proven relations
-  (from the run's facts), and executed: a difference there confirms the verdict at that line.
-- A pair XLA:CPU cannot execute at all (nor its diverging instructions alone): no evidence, so
-  not ``diverged`` but ``unproven``, naming where the rules stopped and why the witness could
-  not run. (Compiled modules are executed flattened, engine.witness.flat; a worker killed by an
-  XLA abort is retried once on the flattened texts.)
+  (from the run's facts), and executed against its baseline counterpart. One that differs keeps
+  ``diverged`` with ``witness.status = unconfirmed`` (evidence at that line, but no output was
+  compared: a later instruction may still undo the difference, e.g. ``-(b - a)`` for ``a - b``).
+  None differs (each holds alone, or none can be run alone): no evidence, so not ``diverged``
+  but ``unproven``, naming where the rules stopped and why the pair was not executed.
+  (Compiled modules are executed flattened, engine.witness.flat; a worker killed by an XLA
+  abort is retried once on the flattened texts.)
 - ``inconclusive`` with a frontier (the rules stopped at an opcode whose rules are partial:
   all-to-all, collective-permute, custom-call, ...): probed like ``diverged``; a confirmed
   difference makes it ``diverged`` (evidence in hand), otherwise it stays ``inconclusive``.
@@ -166,11 +168,10 @@ def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict
             report = call("pair.witness", texts["baseline"], texts["distributed"], doc, dataclasses.replace(options, flatten="always"), probes)
         probes = report.probes
     except MemoryBudgetError as e:
-        w["status"] = "unconfirmed" if result.verdict == DIVERGED else "skipped"
-        w["reason"] = f"not executed: {e}"  # "the whole pair was not executed: ..." once a segment confirms
+        w["status"] = "skipped"
+        w["reason"] = f"not executed: {e}"
         if result.verdict == DIVERGED:
-            _confirm_segments(result, spec, texts, options, w)
-            result.reason += f"; {w['reason']}" if w["status"] == "confirmed" else f" (witness {w['status']}: {w['reason']})"
+            _unexecuted(result, spec, texts, options, w, f"the whole pair was not executed: {e}")
         w["seconds"] = round(time.perf_counter() - t0, 3)
         return result
     except Exception as e:  # XLA:CPU cannot execute the pair (custom-calls of another backend, ...)
@@ -179,17 +180,7 @@ def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict
         if result.verdict == DIVERGED:
             # The diverging instruction alone may still compile (the rest of the text holds
             # what XLA:CPU refuses).
-            w["reason"] = "not executed: " + w["reason"][len("the witness could not execute the pair: "):]
-            _confirm_segments(result, spec, texts, options, w)
-            if w["status"] == "confirmed":
-                result.reason += f"; {w['reason']}"
-            else:
-                # No evidence either way: a frontier the witness cannot test is not a
-                # divergence (contract: `diverged` only with a witness), it is unproven.
-                w["reason"] = "the witness could not execute the pair: " + w["reason"][len("not executed: "):]
-                _label(result, [], confirmed=False)
-                result.verdict = UNPROVEN
-                result.reason = f"not proven: {_stop(result)}; {w['reason']}"
+            _unexecuted(result, spec, texts, options, w, w["reason"])
         w["seconds"] = round(time.perf_counter() - t0, 3)
         return result
     w["seeds"] = report.seeds
@@ -262,6 +253,24 @@ def _label(result: Result, probes: list[Any], confirmed: bool) -> None:
     result.divergences.sort(key=lambda d: order[d["numeric"]["holds"] if d["numeric"] else None])
 
 
+def _unexecuted(result: Result, spec: RelationSpec, texts: dict[str, str], options: Any, w: dict[str, Any], why: str) -> None:
+    """The verdict of a ``diverged`` pair whose outputs were not compared (``why``): it stays
+    ``diverged`` (witness ``unconfirmed``) only when a diverging instruction run alone differs
+    from its baseline counterpart; otherwise there is no evidence at all and it is ``unproven``
+    (contract: ``diverged`` only with evidence), never a false alarm."""
+    if _confirm_segments(result, spec, texts, options, w, why):
+        result.reason += f" (witness unconfirmed: {w['reason']})"
+        return
+    held = [d["instruction"] for d in result.divergences if d.get("numeric") and d["numeric"]["holds"]]
+    for d in result.divergences:
+        d["kind"] = "rule-gap"
+    alone = (f"the diverging instruction(s) {', '.join(held)} hold numerically when run alone on inputs satisfying their operands' proven relations" if held
+             else "no diverging instruction could be run alone (no baseline counterpart, operands without a relation the witness can generate, or above the budget too)")
+    w["reason"] = f"{why}; {alone}"
+    result.verdict = UNPROVEN
+    result.reason = f"not proven: {_stop(result)}; {w['reason']}"
+
+
 def _segment_relations(result: Result, spec: RelationSpec, d: dict[str, Any], b_ops: list[str], d_ops: list[str]) -> list[dict[str, Any]] | None:
     """Input entries for a cut-out instruction: each operand bound to a baseline operand by a
     proven relation the witness can generate (duplicate, sharded, partial, rank); None when an
@@ -313,9 +322,9 @@ def _segment_relations(result: Result, spec: RelationSpec, d: dict[str, Any], b_
     return entries
 
 
-def _confirm_segments(result: Result, spec: RelationSpec, texts: dict[str, str], options: Any, w: dict[str, Any]) -> None:
+def _confirm_segments(result: Result, spec: RelationSpec, texts: dict[str, str], options: Any, w: dict[str, Any], why: str) -> bool:
     """Execute each diverging instruction alone, its operands seeded with their proven relations;
-    the first that differs from its baseline counterpart confirms the verdict there."""
+    the first that differs from its baseline counterpart is the (unconfirmed) evidence: True."""
     from ..witness.pair import MemoryBudgetError
     from ..witness.service import call
 
@@ -348,14 +357,17 @@ def _confirm_segments(result: Result, spec: RelationSpec, texts: dict[str, str],
         d["numeric"] = {"holds": not differs, "detail": chk}
         d["kind"] = "divergence" if differs else "rule-gap"
         if differs:
-            w["status"] = "confirmed"
+            # Not "confirmed": no output was compared, and the instruction's counterpart is only
+            # the baseline instruction reading the same operands, not a value it must equal.
+            w["status"] = "unconfirmed"
             w["seeds"] = [seed]
             w["trials"] = trials
             if check is not None:
                 w["outputs"] = [check.to_json(d.get("outputs", [0])[0] if d.get("outputs") else 0) | {"segment": d["instruction"]}]
             w["segment"] = {"instruction": d["instruction"], "baseline": "%" + cname, "source": _where(d), "op_name": d.get("op_name"), "inputs": inputs}
-            w["reason"] = (f"confirmed on the diverging segment {d['instruction']} ({d['opcode']}, {_where(d)}" + (f", {d['op_name']}" if d.get("op_name") else "")
-                           + f"): on inputs satisfying its operands' proven relations it {chk}; the whole pair was {w['reason']}")
+            w["reason"] = (f"the diverging instruction {d['instruction']} ({d['opcode']}, {_where(d)}" + (f", {d['op_name']}" if d.get("op_name") else "")
+                           + f") run alone {chk} (its baseline counterpart %{cname}, inputs satisfying its operands' proven relations); {why}")
             break
     order = {False: 0, None: 1, True: 2}
     result.divergences.sort(key=lambda x: order[x["numeric"]["holds"] if x.get("numeric") else None])
+    return w["status"] == "unconfirmed"

@@ -7,12 +7,14 @@ No data moves: a build traces lazy tensors and never executes them.
 
 Covered: ``all_reduce``, ``all_gather_into_tensor`` / ``_all_gather_base``, ``all_gather``,
 ``reduce_scatter_tensor`` / ``_reduce_scatter_base``, ``all_to_all_single`` (equal splits) and
-``all_to_all`` (lists), ``broadcast`` (only from a group of one), ``barrier``, and the functional
-``all_to_all_single`` (``_register_functional``). The all-to-all reaches the lazy graph as a call
-that ``inline_collectives`` (run on every traced rank's text) turns back into the op.
-torch-xla registers XLA kernels of its own for the other functional collectives
-(``torch.distributed._functional_collectives.all_reduce`` etc.): those bypass this backend and
-lower to its token-carrying ops.
+``all_to_all`` (lists), ``broadcast`` (an all-gather and the root's piece), ``barrier``; the same
+through ``torch.distributed.nn.functional`` (which calls them); and every functional collective
+of ``torch.distributed._functional_collectives`` (the ``_c10d_functional`` ops, their
+``_autograd`` and legacy forms, the coalesced variants), whose XLA kernels
+``_register_functional`` replaces: torch-xla's own lower to token-carrying ops with
+``replica_groups={}`` and never see the group. The all-to-all reaches the lazy graph as a call
+that ``inline_collectives`` (run on every traced rank's text) turns back into the op. A
+collective or reduce op with no lowering raises ``NotImplementedError`` naming the caller's line.
 """
 
 from __future__ import annotations
@@ -41,28 +43,56 @@ def _op(reduce_op: Any) -> tuple[str, bool]:
     for name, xla in _OPS.items():
         if reduce_op == getattr(dist.ReduceOp, name):
             return xla, name == "AVG"
-    raise NotImplementedError(f"torch.distributed reduce op {reduce_op} has no XLA lowering here")
+    raise _refuse(f"torch.distributed reduce op {reduce_op}")
+
+
+def _all_reduce_xla(x: Any, ranks: list[int], op: str) -> Any:
+    """A token-free ``all-reduce`` of XLA reduction ``op`` with replica groups ``{ranks}``."""
+    import torch_xla
+
+    return torch_xla._XLAC._xla_spmd_all_reduce(op, x, 1.0, [ranks])
 
 
 def _all_reduce(x: Any, ranks: list[int], reduce_op: Any) -> Any:
-    import torch_xla
-
     op, mean = _op(reduce_op)
-    out = torch_xla._XLAC._xla_spmd_all_reduce(op, x, 1.0, [ranks])
+    if mean and not x.is_floating_point():
+        raise _refuse(f"torch.distributed ReduceOp.AVG of {x.dtype}")
+    out = _all_reduce_xla(x, ranks, op)
     return out / len(ranks) if mean else out
 
 
 def _all_gather(x: Any, dim: int, ranks: list[int]) -> Any:
+    """Every rank's ``x`` concatenated along ``dim`` in group order. torch-xla's own all-gather
+    (``_xla_all_gather``) threads its token through the op, so, like the all-to-all, the op
+    enters the lazy graph as a one-instruction user computation that ``inline_collectives``
+    turns back into the op."""
+    if not 0 <= dim < x.dim():
+        raise _refuse(f"all_gather along dim {dim} of a tensor of shape {tuple(x.shape)}")
+    dims = tuple(int(n) for n in x.shape)
+    out = (*dims[:dim], dims[dim] * len(ranks), *dims[dim + 1 :])
+    return _user_collective(_AG, x, _collective_module(_AG, "all-gather", _element_type(x.dtype), dims, out, dim, ranks))
+
+
+def _user_collective(name: str, x: Any, proto: bytes) -> Any:
+    import torch_xla
+    import torch_xla.core.xla_builder as xb
+
+    computation = xb.computation_from_module_proto(f"xla::{name}", proto)
+    return torch_xla._XLAC._xla_user_computation(f"xla::{name}", [x], computation)[0]
+
+
+def _reduce_scatter_xla(x: Any, dim: int, ranks: list[int], op: str) -> Any:
+    """A token-free ``reduce-scatter`` of XLA reduction ``op`` along ``dim`` over ``{ranks}``."""
     import torch_xla
 
-    return torch_xla._XLAC._xla_all_gather(x, dim, len(ranks), [ranks], False, None, None)
+    return torch_xla._XLAC._xla_spmd_reduce_scatter(op, x, 1.0, dim, len(ranks), [ranks])
 
 
 def _reduce_scatter(x: Any, dim: int, ranks: list[int], reduce_op: Any) -> Any:
-    import torch_xla
-
     op, mean = _op(reduce_op)
-    out = torch_xla._XLAC._xla_spmd_reduce_scatter(op, x, 1.0, dim, len(ranks), [ranks])
+    if mean and not x.is_floating_point():
+        raise _refuse(f"torch.distributed ReduceOp.AVG of {x.dtype}")
+    out = _reduce_scatter_xla(x, dim, ranks, op)
     return out / len(ranks) if mean else out
 
 
@@ -75,14 +105,10 @@ def _all_to_all(x: Any, ranks: list[int]) -> Any:
     torch-xla lowers to ``call(x), to_apply=%shardproof_all_to_all.N``. ``inline_collectives``
     then puts the all-to-all in place of the call, with the call's number and source.
     """
-    import torch_xla
-    import torch_xla.core.xla_builder as xb
-
     if x.dim() == 0 or x.shape[0] % len(ranks):
-        raise NotImplementedError(f"all_to_all over {len(ranks)} ranks of a tensor of shape {tuple(x.shape)}: dim 0 must split into equal pieces")
-    proto = _all_to_all_module(_element_type(x.dtype), tuple(int(n) for n in x.shape), ranks)
-    computation = xb.computation_from_module_proto(f"xla::{_A2A}", proto)
-    return torch_xla._XLAC._xla_user_computation(f"xla::{_A2A}", [x], computation)[0]
+        raise _refuse(f"all_to_all over {len(ranks)} ranks of a tensor of shape {tuple(x.shape)} (dim 0 must split into equal pieces)")
+    dims = tuple(int(n) for n in x.shape)
+    return _user_collective(_A2A, x, _collective_module(_A2A, "all-to-all", _element_type(x.dtype), dims, dims, 0, ranks))
 
 
 def _check_equal_splits(x: Any, n: int, output_split_sizes: Any, input_split_sizes: Any) -> None:
@@ -94,27 +120,140 @@ def _check_equal_splits(x: Any, n: int, output_split_sizes: Any, input_split_siz
 
 _FUNCTIONAL: Any = None
 
+# The reduce ops of the functional collectives (lower-case strings) -> (XLA reduction, mean).
+_FUNCTIONAL_OPS = {"sum": ("sum", False), "avg": ("sum", True), "product": ("mul", False), "max": ("max", False), "min": ("min", False), "band": ("and", False), "bor": ("or", False)}
+_OUR_FILES = ("/torch/", "/torch_xla/", "/torchdist/backend.py")
+
+
+def _caller() -> str:
+    """``file:line`` of the innermost frame outside torch, torch-xla and this file: the user's
+    line that called the collective, so that a refusal names it."""
+    import traceback
+
+    for frame in reversed(traceback.extract_stack()[:-1]):
+        name = frame.filename.replace("\\", "/")
+        if not any(part in name for part in _OUR_FILES) and not name.startswith("<"):
+            return f"{frame.filename}:{frame.lineno}"
+    return "<unknown>"
+
+
+def _refuse(what: str) -> NotImplementedError:
+    return NotImplementedError(f"{what} has no XLA lowering in the {NAME} backend (called at {_caller()})")
+
+
+def _functional_ranks(op: str, group_name: str) -> list[int]:
+    """The global ranks of the group a functional collective names. torch-xla's own
+    ``xm.all_reduce`` calls the op with the name "" for "every replica": the world."""
+    import torch
+    import torch.distributed as dist
+
+    if group_name == "":
+        group = dist.group.WORLD if dist.is_initialized() else None
+    else:
+        group = torch._C._distributed_c10d._resolve_process_group(group_name)
+    ranks = getattr(group, "ranks", None)
+    if ranks is None:
+        raise _refuse(f"functional {op} over group {group_name!r}, which is not a {NAME} group,")
+    return list(ranks)
+
+
+def _functional_op(op: str, reduce_op: str, x: Any) -> tuple[str, bool]:
+    if reduce_op not in _FUNCTIONAL_OPS:
+        raise _refuse(f"functional {op} with reduce op {reduce_op!r} (known: {', '.join(_FUNCTIONAL_OPS)})")
+    xla, mean = _FUNCTIONAL_OPS[reduce_op]
+    if mean and not x.is_floating_point():
+        raise _refuse(f"functional {op} with reduce op 'avg' of {x.dtype}")
+    return xla, mean
+
+
+def _check_size(op: str, group_size: int, ranks: list[int]) -> None:
+    if int(group_size) != len(ranks):
+        raise _refuse(f"functional {op} with group_size={group_size} over a group of {len(ranks)} ranks")
+
+
+def _check_dim0(op: str, x: Any, n: int) -> None:
+    if x.dim() == 0 or x.shape[0] % n:
+        raise _refuse(f"functional {op} over {n} ranks of a tensor of shape {tuple(x.shape)} (dim 0 must split into equal pieces)")
+
+
+def _broadcast(x: Any, root: int, ranks: list[int]) -> Any:
+    """The group-local rank ``root``'s tensor on every rank of the group: an all-gather of every
+    rank's tensor, then ``root``'s piece. Exact for every dtype and value (no masking by
+    multiplication, which NaN and inf would break), and the same program on every rank of a
+    group whenever ``root`` is the same group-local position, so the lifting sees no literal
+    that differs across ranks."""
+    if not 0 <= int(root) < len(ranks):
+        raise _refuse(f"broadcast from group rank {root} over a group of {len(ranks)} ranks")
+    if len(ranks) == 1:
+        return x.clone()
+    return _all_gather(x.unsqueeze(0), 0, ranks)[int(root)]
+
 
 def _register_functional() -> None:
-    """Route ``torch.distributed._functional_collectives.all_to_all_single`` on XLA tensors to
-    this backend. torch-xla registers its own XLA kernel for the op, which bypasses the
-    process group (and refuses any split sizes); this one resolves the group by name and lowers
-    like ``all_to_all_single``. Torch warns once that a kernel was overridden."""
+    """Route the functional collectives (``torch.distributed._functional_collectives``, i.e.
+    the ``_c10d_functional`` ops, and through them the ``_c10d_functional_autograd`` ops and
+    the legacy ``c10d_functional`` ones) on XLA tensors to this backend's lowerings.
+
+    torch-xla registers XLA kernels of its own for ``all_reduce``, ``all_gather_into_tensor``,
+    ``reduce_scatter_tensor``, ``broadcast`` and ``all_to_all_single``; they bypass the process
+    group and lower to token-carrying ops with ``replica_groups={}``. The coalesced ops would
+    reach the group only through torch's C++ default kernels. Each kernel here resolves the
+    group by name and lowers like the process-group method of the same collective.
+    ``wait_tensor`` keeps torch's kernel: these kernels register no work, so it returns its
+    input. The aliasing ops (``all_reduce_``, ``broadcast_``, ``all_reduce_coalesced_``,
+    ``all_gather_into_tensor_out``) get no kernel: torch-xla functionalizes every XLA tensor
+    op and torch refuses a custom op that returns an alias before any kernel runs (a
+    RuntimeError); funcol's own ``*_inplace`` helpers use the out-of-place ops and ``copy_``.
+    Torch warns once that a kernel was overridden."""
     global _FUNCTIONAL
     if _FUNCTIONAL is not None:
         return
     import torch
 
+    def all_reduce(input_: Any, reduce_op: str, group_name: str) -> Any:
+        ranks = _functional_ranks("all_reduce", group_name)
+        op, mean = _functional_op("all_reduce", reduce_op, input_)
+        out = _all_reduce_xla(input_, ranks, op)
+        return out / len(ranks) if mean else out
+
+    def all_reduce_coalesced(inputs: list[Any], reduce_op: str, group_name: str) -> list[Any]:
+        return [all_reduce(x, reduce_op, group_name) for x in inputs]
+
+    def all_gather_into_tensor(input_: Any, group_size: int, group_name: str) -> Any:
+        ranks = _functional_ranks("all_gather_into_tensor", group_name)
+        _check_size("all_gather_into_tensor", group_size, ranks)
+        if input_.dim() == 0:
+            raise _refuse("functional all_gather_into_tensor of a 0-d tensor")
+        return _all_gather(input_, 0, ranks)
+
+    def all_gather_into_tensor_coalesced(inputs: list[Any], group_size: int, group_name: str) -> list[Any]:
+        return [all_gather_into_tensor(x, group_size, group_name) for x in inputs]
+
+    def reduce_scatter_tensor(input_: Any, reduce_op: str, group_size: int, group_name: str) -> Any:
+        ranks = _functional_ranks("reduce_scatter_tensor", group_name)
+        _check_size("reduce_scatter_tensor", group_size, ranks)
+        op, mean = _functional_op("reduce_scatter_tensor", reduce_op, input_)
+        _check_dim0("reduce_scatter_tensor", input_, len(ranks))
+        out = _reduce_scatter_xla(input_, 0, ranks, op)
+        return out / len(ranks) if mean else out
+
+    def reduce_scatter_tensor_coalesced(inputs: list[Any], reduce_op: str, group_size: int, group_name: str) -> list[Any]:
+        return [reduce_scatter_tensor(x, reduce_op, group_size, group_name) for x in inputs]
+
+    def broadcast(input_: Any, src: int, group_name: str) -> Any:
+        # torch's own kernel passes ``src`` as the process group's root rank, which c10d
+        # reads as a rank of the group (dist.broadcast converts a global rank before that).
+        return _broadcast(input_, src, _functional_ranks("broadcast", group_name))
+
     def all_to_all_single(input_: Any, output_split_sizes: Any, input_split_sizes: Any, group_name: str) -> Any:
-        group = torch._C._distributed_c10d._resolve_process_group(group_name)
-        ranks = getattr(group, "ranks", None)
-        if ranks is None:
-            raise NotImplementedError(f"functional all_to_all_single over group {group_name!r}, which is not a {NAME} group")
+        ranks = _functional_ranks("all_to_all_single", group_name)
         _check_equal_splits(input_, len(ranks), output_split_sizes, input_split_sizes)
         return _all_to_all(input_, ranks)
 
     library = torch.library.Library("_c10d_functional", "IMPL")
-    library.impl("all_to_all_single", all_to_all_single, "XLA")
+    for kernel in (all_reduce, all_reduce_coalesced, all_gather_into_tensor, all_gather_into_tensor_coalesced, reduce_scatter_tensor, reduce_scatter_tensor_coalesced, broadcast, all_to_all_single):
+        # torch-xla registers its broadcast from Python, which torch refuses to override unless asked.
+        library.impl(kernel.__name__, kernel, "XLA", allow_override=True)
     _FUNCTIONAL = library
 
 
@@ -122,13 +261,15 @@ def _register_functional() -> None:
 # Field numbers of xla/xla_data.proto and xla/service/hlo.proto (protobuf field numbers never
 # change; XLA keeps reading replica_groups = 49 next to its newer collective_device_list).
 _A2A = "shardproof_all_to_all"
+_AG = "shardproof_all_gather"
+_OPCODES = {_A2A: "all-to-all", _AG: "all-gather"}
 _XLA_TYPES = {"bool": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "uint8": 6, "uint16": 7, "uint32": 8, "uint64": 9, "float16": 10, "float32": 11, "float64": 12, "complex64": 15, "bfloat16": 16, "complex128": 18}
 
 
 def _element_type(dtype: Any) -> int:
     name = str(dtype).removeprefix("torch.")
     if name not in _XLA_TYPES:
-        raise NotImplementedError(f"all_to_all of {dtype} has no XLA lowering here")
+        raise _refuse(f"a collective of {dtype}")
     return _XLA_TYPES[name]
 
 
@@ -160,63 +301,69 @@ def _shape(element_type: int, dims: tuple[int, ...]) -> bytes:
     return _int(2, element_type) + _packed(3, list(dims)) + _bytes(5, _packed(1, list(range(n - 1, -1, -1)))) + _packed(6, [0] * n)
 
 
-def _all_to_all_module(element_type: int, dims: tuple[int, ...], ranks: list[int]) -> bytes:
-    """HloModuleProto of ``ROOT all-to-all(parameter(0)), dimensions={0}, replica_groups={ranks}``.
+def _collective_module(name: str, opcode: str, element_type: int, dims: tuple[int, ...], out_dims: tuple[int, ...], dim: int, ranks: list[int]) -> bytes:
+    """HloModuleProto of ``ROOT <opcode>(parameter(0)), dimensions={dim}, replica_groups={ranks}``
+    (an all-to-all or an all-gather: both keep their dimension in ``dimensions``, field 14).
 
     Ids: instructions 1 and 2, the computation 3 (XLA's builder remaps computation and
     instruction ids through one table when it embeds the module, so they must differ).
     """
-    shape = _shape(element_type, dims)
+    shape, out = _shape(element_type, dims), _shape(element_type, out_dims)
     param = _bytes(1, b"x.1") + _bytes(2, b"parameter") + _bytes(3, shape) + _int(9, 0) + _int(35, 1)
-    a2a = (
-        _bytes(1, b"a2a.2") + _bytes(2, b"all-to-all") + _bytes(3, shape) + _packed(14, [0])
+    op = (
+        _bytes(1, b"op.2") + _bytes(2, opcode.encode()) + _bytes(3, out) + _packed(14, [dim])
         + _int(35, 2) + _packed(36, [1]) + _bytes(49, _packed(1, list(ranks)))
     )
-    program = _bytes(1, shape) + _bytes(2, shape) + _bytes(3, b"x")
-    name = f"{_A2A}.3".encode()
-    computation = _bytes(1, name) + _bytes(2, param) + _bytes(2, a2a) + _bytes(4, program) + _int(5, 3) + _int(6, 2)
-    return _bytes(1, name) + _bytes(2, name) + _bytes(3, computation) + _bytes(4, program) + _int(5, 3) + _int(6, 3)
+    program = _bytes(1, shape) + _bytes(2, out) + _bytes(3, b"x")
+    full = f"{name}.3".encode()
+    computation = _bytes(1, full) + _bytes(2, param) + _bytes(2, op) + _bytes(4, program) + _int(5, 3) + _int(6, 2)
+    return _bytes(1, full) + _bytes(2, full) + _bytes(3, computation) + _bytes(4, program) + _int(5, 3) + _int(6, 3)
 
 
-_CALLEE = re.compile(r"^%(" + _A2A + r"\.\d+) \(.*?\n\}\n\n?", re.M | re.S)
-_ROOT = re.compile(r"ROOT %\S+ = \S+ all-to-all\(\S+ %\S+\), (.*)$", re.M)
-_CALL = re.compile(r"^(\s+(?:ROOT )?)%call\.(\d+) = (\S+) call\((\S+ %\S+)\), to_apply=%(" + _A2A + r"\.\d+)(.*)$", re.M)
+_NAMES = "(?:" + "|".join(_OPCODES) + ")"
+_CALLEE = re.compile(r"^%(" + _NAMES + r"\.\d+) \(.*?\n\}\n\n?", re.M | re.S)
+_ROOT = re.compile(r"ROOT %\S+ = \S+ (all-to-all|all-gather)\(\S+ %\S+\), (.*)$", re.M)
+_CALL = re.compile(r"^(\s+(?:ROOT )?)%call\.(\d+) = (\S+) call\((\S+ %\S+)\), to_apply=%(" + _NAMES + r"\.\d+)(.*)$", re.M)
 
 
 def inline_collectives(text: str, sourcemap: dict[str, Any]) -> str:
     """Put each collective this backend lowered as a call back in place of the call.
 
     ``%call.N = T call(x), to_apply=%shardproof_all_to_all.M, metadata={..}`` becomes
-    ``%all-to-all.N = T all-to-all(x), <the callee's attributes>, metadata={..}``: the callee is
-    that one op on its parameter, so the value is the same. The call's source (its metadata
-    and its source-map entry) goes to the op, and the callee computation is dropped.
+    ``%all-to-all.N = T all-to-all(x), <the callee's attributes>, metadata={..}`` (and likewise
+    ``shardproof_all_gather`` an ``all-gather``): the callee is that one op on its parameter, so
+    the value is the same. The call's source (its metadata and its source-map entry) goes to
+    the op, and the callee computation is dropped.
     """
-    callees: dict[str, str] = {}
+    callees: dict[str, tuple[str, str]] = {}
     for m in _CALLEE.finditer(text):
         root = _ROOT.search(m.group(0))
-        if root is None:
-            raise RuntimeError(f"collective computation %{m.group(1)} is not one all-to-all of its parameter")
-        callees[m.group(1)] = root.group(1)
+        expected = _OPCODES[m.group(1).rsplit(".", 1)[0]]
+        if root is None or root.group(1) != expected:
+            raise RuntimeError(f"collective computation %{m.group(1)} is not one {expected} of its parameter")
+        callees[m.group(1)] = (root.group(1), root.group(2))
     if not callees:
         return text
     text = _CALLEE.sub("", text)
     instructions = sourcemap.get("instructions", {})
-    renamed: set[str] = set()
+    renamed: dict[str, str] = {}
 
     def op(m: re.Match[str]) -> str:
         prefix, number, shape, operand, callee, rest = m.groups()
         if callee not in callees:
             raise RuntimeError(f"%call.{number} calls %{callee}, which the module does not define")
-        renamed.add(number)
+        opcode, attributes = callees[callee]
+        renamed[number] = opcode
         if f"call.{number}" in instructions:
-            instructions[f"all-to-all.{number}"] = instructions.pop(f"call.{number}")
-        return f"{prefix}%all-to-all.{number} = {shape} all-to-all({operand}), {callees[callee]}{rest}"
+            instructions[f"{opcode}.{number}"] = instructions.pop(f"call.{number}")
+        return f"{prefix}%{opcode}.{number} = {shape} {opcode}({operand}), {attributes}{rest}"
 
     text = _CALL.sub(op, text)
-    if f"to_apply=%{_A2A}." in text:
-        raise RuntimeError(f"a call of a {_A2A} computation has a form inline_collectives does not know")
+    for name in _OPCODES:
+        if f"to_apply=%{name}." in text:
+            raise RuntimeError(f"a call of a {name} computation has a form inline_collectives does not know")
     # The users of each call (the tuple, the next op) name it too.
-    return re.sub(r"%call\.(\d+)\b", lambda m: f"%all-to-all.{m.group(1)}" if m.group(1) in renamed else m.group(0), text)
+    return re.sub(r"%call\.(\d+)\b", lambda m: f"%{renamed[m.group(1)]}.{m.group(1)}" if m.group(1) in renamed else m.group(0), text)
 
 
 def _make_group_class() -> type:
@@ -295,8 +442,9 @@ def _make_group_class() -> type:
             return _work(outputs)
 
         def broadcast(self, tensors: list[Any], opts: Any) -> Any:
-            if len(self.ranks) != 1:
-                raise NotImplementedError("broadcast over more than one rank has no lowering here (a build traces no data)")
+            # opts.rootRank is a rank of this group (dist.broadcast converts the global one).
+            for t in tensors:
+                t.copy_(_broadcast(t, opts.rootRank, self.ranks))
             return _work(tensors)
 
         def barrier(self, opts: Any = None) -> Any:
