@@ -321,10 +321,12 @@ def report(
         src = div.get("source") or {}
         where = f"{src.get('file')}:{src.get('line')} ({div.get('op_name')}): {str(div.get('cause'))[:160]}"
         if p.variant and ok:
-            # A bug is confirmed by the numeric witness (the whole pair is too big to execute:
-            # on its diverging instruction, executed alone) and pinpointed in its layer.
+            # A bug is shown by the numeric witness (the whole pair is too big to execute: its
+            # diverging instruction, executed alone, differs: `unconfirmed` with that segment)
+            # and pinpointed in its layer.
             wit = last.get("witness") or {}
-            ok = f"layers.{BUG_LAYER}." in (div.get("op_name") or "") and wit.get("status") == "confirmed"
+            shown = wit.get("status") == "confirmed" or (wit.get("status") == "unconfirmed" and bool(wit.get("segment")))
+            ok = f"layers.{BUG_LAYER}." in (div.get("op_name") or "") and shown
             why = f"pinpointed at {where}; witness {wit.get('status')} in {wit.get('seconds')} s" + (f" on {wit['segment']['instruction']}" if wit.get("segment") else "")
         elif div:
             why += f"; first divergence at {where}"

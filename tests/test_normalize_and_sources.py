@@ -69,3 +69,23 @@ def test_source_map_wins_over_metadata(tmp_path: Path) -> None:
     assert str(sm.source(out)) == "model/mlp.py:42"
     assert sm.op_name(out) == "mlp/neg"
     assert str(SourceMap().source(out)) == "lib.py:3"
+
+
+def test_token_add_that_is_the_root_is_stripped() -> None:
+    """A token add with no users (the entry's ROOT itself): the root moves to the value the add
+    stands for, so the result is x, not x + tok (the add used to stay as the root)."""
+    text = """HloModule m
+ENTRY %main (x: f32[4], tok: f32[]) -> f32[4] {
+  %x = f32[4] parameter(0)
+  %tok = f32[] parameter(1)
+  %n = f32[4] negate(%x)
+  %bt = f32[4] broadcast(%tok), dimensions={}
+  ROOT %xt = f32[4] add(%n, %bt)
+}
+"""
+    entry = normalize(parse_hlo(text), frozenset({"tok"})).entry
+    assert entry.root.name == "n"
+    assert "xt" not in [i.name for i in entry.instructions]
+    assert sum(1 for i in entry.instructions if i.is_root) == 1
+    kept = normalize(parse_hlo(text)).entry  # undeclared: the add stays the root
+    assert kept.root.name == "xt"

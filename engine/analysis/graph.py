@@ -135,6 +135,9 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
         rows.setdefault("kind-plain", []).append((f"s:{d}",))
     rows["kind-plain"].append(("dup",))
     rows["kind-p"] = [(f"p:{op}", op) for op in ("add", "max", "min")]
+    # Rank-group kinds of the layout family (rules/layout.egg, grp under a layout): only for
+    # the group factors the distributed graph selects with, so other programs pay nothing.
+    rows["kind-g"] = [(f"g:{d}:{k}", d, k) for d in range(8) for k in groups.factors]
     block_specs = {b.relation.blocks for b in spec.inputs if b.relation.blocks}
     # Fused dims made by merging a duplicate dim with a sharded one (rules/partition.egg,
     # merge-blocks): constants broadcast into them need the same block spec.

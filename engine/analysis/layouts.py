@@ -52,6 +52,8 @@ class LayoutSolver:
         # Baseline side: the laid-out distributed tensor has x's shape, or its per-rank block.
         if sig.opcode not in ("transpose", "reshape", "broadcast"):
             return None
+        if kind.startswith("g:"):
+            return self._group_step(lkey, kind, sig)
         if kind.startswith("s:"):
             if sig.opcode == "broadcast":
                 return None
@@ -84,6 +86,30 @@ class LayoutSolver:
             return None if new is None else (self._key(new), f"s:{e}")
         new = layout.then_dst_transpose(perm) if sig.opcode == "transpose" else layout.then_dst_reshape(out)
         return None if new is None else (self._key(new), kind)
+
+    def _group_step(self, lkey: str, kind: str, sig: Sig) -> tuple[str, str] | None:
+        """A baseline transpose of x where L(x') is block floor(r/K) of q = c/K blocks of x along
+        d (kind ``g:d:K``, the rank-group relation grp with e = -1, rules/layout.egg): the
+        block moves with the transpose to dim perm.index(d), and L composes with the transpose
+        of the block. Reshapes are not stepped (a rank-group block need not stay contiguous)."""
+        if sig.opcode != "transpose":
+            return None
+        try:
+            d, k = (int(v) for v in kind[2:].split(":"))
+        except ValueError:
+            return None
+        src = sig.ins[0][1]
+        if k <= 0 or self.c % k or not 0 <= d < len(src):
+            return None
+        q = self.c // k
+        if src[d] % q:
+            return None
+        per_rank_src = (*src[:d], src[d] // q, *src[d + 1 :])
+        layout = self._get(lkey, per_rank_src)
+        if layout is None or layout.dst != per_rank_src:
+            return None
+        perm = _perm(sig)
+        return self._key(layout.then_dst_transpose(perm)), f"g:{perm.index(d)}:{k}"
 
     def dot_step(self, lkey: str, k1: str, k2: str, base: Sig, dist: Sig) -> tuple[str, str] | None:
         """Relabel the rows of a dot whose lhs is laid out by L (see rules/layout.egg).

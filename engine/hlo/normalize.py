@@ -130,6 +130,16 @@ def strip_tokens(comp: Computation, tokens: frozenset[str]) -> Computation:
             elif is_token(a):
                 alias[ins.name] = b
     _rewire(comp.instructions, alias)
+    # _rewire only changes users: an add that is the ROOT itself has none, so the root moves to
+    # what it stands for (else the token add stays the entry's result and dce keeps it).
+    by_name = {i.name: i for i in comp.instructions}
+    for ins in comp.instructions:
+        if ins.is_root and ins.name in alias:
+            target = ins.name
+            while target in alias:
+                target = alias[target]
+            ins.is_root = False
+            by_name[target].is_root = True
     return comp
 
 

@@ -122,17 +122,21 @@ _FUNCTIONAL: Any = None
 
 # The reduce ops of the functional collectives (lower-case strings) -> (XLA reduction, mean).
 _FUNCTIONAL_OPS = {"sum": ("sum", False), "avg": ("sum", True), "product": ("mul", False), "max": ("max", False), "min": ("min", False), "band": ("and", False), "bor": ("or", False)}
-_OUR_FILES = ("/torch/", "/torch_xla/", "/torchdist/backend.py")
 
 
 def _caller() -> str:
     """``file:line`` of the innermost frame outside torch, torch-xla and this file: the user's
     line that called the collective, so that a refusal names it."""
+    import os
     import traceback
 
+    import torch
+    import torch_xla
+
+    ours = (*(os.path.dirname(m.__file__) + os.sep for m in (torch, torch_xla)), os.path.abspath(__file__))
     for frame in reversed(traceback.extract_stack()[:-1]):
-        name = frame.filename.replace("\\", "/")
-        if not any(part in name for part in _OUR_FILES) and not name.startswith("<"):
+        name = os.path.abspath(frame.filename)
+        if not frame.filename.startswith("<") and not name.startswith(ours):
             return f"{frame.filename}:{frame.lineno}"
     return "<unknown>"
 
