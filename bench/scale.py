@@ -120,11 +120,11 @@ PAIRS = [
     Pair("train_8b_8l_tp8_fused", "8B-width train step, fused QKV", {**TRAIN_8B, "layers": 8, "fused": True}, 8, entry=TRAIN, shape=TRAIN_SHAPE),
     Pair("train_8b_32l_tp8_fused", "8B-width train step, fused QKV", {**TRAIN_8B, "layers": 32, "fused": True}, 8, entry=TRAIN, shape=TRAIN_SHAPE),
     # 405B shape. At TP 32 the 8 KV heads are shared by groups of 4 ranks (index_select by
-    # r // 4), whose backward is an index_add (scatter, rules/scatter.egg). Seq 64: two tokens
-    # per rank under sequence parallelism, the per-rank shape of the TP 8 row (one token per
-    # rank meets the open unit-dim gap of the RMSNorm's squeeze).
+    # r // 4), whose backward is an index_add (scatter, rules/scatter.egg). Seq 32: one token
+    # per rank under sequence parallelism, so the RMSNorm's per-token scale is squeezed to a
+    # unit-free shape on the rank (rules/layout.egg, unit-reshape-broadcast).
     Pair("train_405b_tp8", "405B-shaped train step", LLAMA_405B, 8, TRAINVERIFY_405B, entry=TRAIN, shape=TRAIN_SHAPE),
-    Pair("train_405b_tp32", "405B-shaped train step", LLAMA_405B, 32, TRAINVERIFY_405B, entry=TRAIN, shape={"seq": 64, "batch": 2}),
+    Pair("train_405b_tp32", "405B-shaped train step", LLAMA_405B, 32, TRAINVERIFY_405B, entry=TRAIN, shape={"seq": 32, "batch": 2}),
 ]  # fmt: skip
 
 

@@ -354,5 +354,86 @@ def test_a_ring_of_laid_out_shards_is_proven_by_the_ring_law(kw: dict, equal: bo
     assert oracle.run_pair(baseline, distributed, rel, seed=0).equal == equal
 
 
+
+# ---- loop reduce of a 2-D blocked score over the ring (rules/ring.egg) ----------------------------
+
+_RED = {"max": ("maximum", "-3.40282347e+38"), "add": ("add", "0"), "min": ("minimum", "3.40282347e+38")}
+
+
+def _ring_rowreduce(op: str = "max", combine: str | None = None, steps: int = N, red_dim: int = 1, pointwise: str = "",
+                    keepdim: bool = False, qshift: bool = False) -> tuple[str, str, dict]:
+    """Row op-reduce (max: the running max of ring attention) of the scores q @ k^T, queries
+    sharded along the sequence, key blocks passed around the ring; each step reduces one key
+    block and combines it into the running value. Baseline: the reduce of the whole scores."""
+    body, init = _RED[op]
+    combine = combine or body
+    comp = f"%red (a: f32[], b: f32[]) -> f32[] {{\n  %a = f32[] parameter(0)\n  %b = f32[] parameter(1)\n  ROOT %o = f32[] {body}(f32[] %a, f32[] %b)\n}}\n\n"
+    dot = "lhs_contracting_dims={1}, rhs_contracting_dims={1}"
+
+    def step(i: int, q: str, k: str, n: int, s: int) -> list[str]:
+        sh, rs = f"f32[{n},{n}]{{1,0}}", f"f32[{n}]{{0}}"
+        out = [f"  %s{i} = {sh} dot(f32[{n},4]{{1,0}} {q}, f32[{n},4]{{1,0}} {k}), {dot}"]
+        src = f"%s{i}"
+        if pointwise:
+            out.append(f"  %e{i} = {sh} {pointwise}({sh} %s{i})")
+            src = f"%e{i}"
+        out.append(f"  %m{i} = {rs} reduce({sh} {src}, f32[] %init), dimensions={{{red_dim}}}, to_apply=%red")
+        if keepdim:
+            out.append(f"  %r{i} = f32[{n},1]{{1,0}} reshape({rs} %m{i})")
+        return out
+
+    rs = "f32[2,1]{1,0}" if keepdim else "f32[2]{0}"
+    name = "%r" if keepdim else "%m"
+    lines = ["  %q0 = f32[2,4]{1,0} parameter(0)", "  %k0 = f32[2,4]{1,0} parameter(1)", f"  %init = f32[] constant({init})", *step(0, "%q0", "%k0", 2, 0)]
+    acc = f"{name}0"
+    for i in range(1, steps):
+        lines.append(f"  %k{i} = f32[2,4]{{1,0}} collective-permute(f32[2,4]{{1,0}} %k{i - 1}), channel_id={2 * i}, source_target_pairs={_pairs(1)}")
+        q = "%q0"
+        if qshift:
+            lines.append(f"  %q{i} = f32[2,4]{{1,0}} collective-permute(f32[2,4]{{1,0}} %q{i - 1}), channel_id={2 * i + 1}, source_target_pairs={_pairs(1)}")
+            q = f"%q{i}"
+        lines += step(i, q, f"%k{i}", 2, i)
+        lines.append(f"  %c{i} = {rs} {combine}({rs} {acc}, {rs} {name}{i})")
+        acc = f"%c{i}"
+    lines.append(f"  ROOT %out = {rs} copy({rs} {acc})")
+    distributed = f"HloModule dist\n\n{comp}ENTRY %main (q: f32[2,4], k: f32[2,4]) -> {rs.split('{')[0]} {{\n" + "\n".join(lines) + "\n}\n"
+    brs = "f32[8,1]" if keepdim else "f32[8]"
+    blines = ["  %q0 = f32[8,4]{1,0} parameter(0)", "  %k0 = f32[8,4]{1,0} parameter(1)", f"  %init = f32[] constant({init})", *step(0, "%q0", "%k0", 8, 0)]
+    blines.append(f"  ROOT %out = {brs} copy({brs} {name}0)")
+    baseline = f"HloModule base\n\n{comp}ENTRY %main (q: f32[8,4], k: f32[8,4]) -> {brs} {{\n" + "\n".join(blines) + "\n}\n"
+    rel = {"groups": [list(range(N))],
+           "inputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 0}, {"baseline": 1, "distributed": 1, "relation": "sharded", "dim": 0}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 0}]}
+    return baseline, distributed, rel
+
+
+RING_ROWREDUCES = [
+    ({}, True),  # the running max of ring attention's scores
+    ({"pointwise": "exponential", "keepdim": True}, True),  # through a pointwise map and a keepdim reshape
+    ({"op": "min"}, True),
+    ({"op": "add"}, True),  # a ring sum of score rows
+    ({"steps": N + 1}, True),  # max is idempotent: a key block seen twice changes nothing
+    ({"steps": N - 1}, False),  # off by one: one key block never arrives
+    ({"op": "add", "steps": N + 1}, False),  # a sum counts the repeated block twice
+    ({"combine": "add"}, False),  # block maxima summed instead of maxed
+    ({"combine": "minimum"}, False),  # wrong combine
+    ({"red_dim": 0}, False),  # reduced over the query blocks instead of the key blocks
+    ({"qshift": True}, False),  # queries travel too: the rank reduces another query block
+    ({"pointwise": "negate"}, True),
+]
+
+
+@pytest.mark.parametrize(("kw", "equal"), RING_ROWREDUCES)
+def test_ring_loop_reduce_of_two_dimensional_blocks(kw: dict, equal: bool) -> None:
+    baseline, distributed, rel = _ring_rowreduce(**kw)
+    oracle = pytest.importorskip("oracle")
+    assert oracle.run_pair(baseline, distributed, rel, seed=0).equal == equal
+    result = verify(parse_relations(rel), parse_hlo(baseline), parse_hlo(distributed))
+    assert (result.verdict == "verified") == equal, result.reason
+    if equal:
+        rules = {s["rule"] for t in result.trace for s in t["steps"]}
+        assert {"ring/dot-of-two-blocks", "ring/loop-reduce-covers-all-blocks"} <= rules, rules
+
+
 if __name__ == "__main__":
     _produce(Path(sys.argv[1]))

@@ -86,3 +86,46 @@ def test_wrong_kv_head_is_diverged(tmp_path: Path, bug: str, tail: str) -> None:
     r = _check(tmp_path, _dist(HEAD_BUGS[bug], TAIL[tail]), "auto")
     assert r.verdict == "diverged", r.reason
     assert r.witness is not None and r.witness["status"] == "confirmed", r.witness
+
+
+# ---- the untiled all-gather (rules/layout.egg agu): JAX's all_gather(x, tiled=False) -------
+AG_REL = """groups: [[0, 1, 2, 3]]
+inputs:
+  - {baseline: 0, distributed: 0, relation: sharded, dim: 0}
+outputs:
+  - {baseline: 0, distributed: 0, relation: duplicate}
+"""
+AG_BASE = "HloModule ag_b\n\nENTRY %main {\n  %x = f32[16,8] parameter(0)\n  ROOT %y = f32[16,8] tanh(%x)\n}\n"
+AG_DIST = {
+    # stack, merge, then the map (lowered JAX)
+    "merge_then_map": "  %u = f32[1,4,8] reshape(%x)\n  %g = f32[4,4,8] all-gather(%u), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}, use_global_device_ids=true\n  %m = f32[16,8] reshape(%g)\n  ROOT %y = f32[16,8] tanh(%m)\n",
+    # the map before the merge (XLA's compiled fusion)
+    "map_then_merge": "  %u = f32[1,4,8] reshape(%x)\n  %g = f32[4,4,8] all-gather(%u), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}, use_global_device_ids=true\n  %t = f32[4,4,8] tanh(%g)\n  ROOT %y = f32[16,8] reshape(%t)\n",
+}
+AG_BUGS = {
+    # the unit dim after the block's rows: the merge interleaves the ranks' rows
+    "stacked_after_rows": "  %u = f32[4,1,8] reshape(%x)\n  %g = f32[4,4,8] all-gather(%u), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={1}, use_global_device_ids=true\n  %m = f32[16,8] reshape(%g)\n  ROOT %y = f32[16,8] tanh(%m)\n",
+    # the ranks stacked in reverse order
+    "reversed_group": "  %u = f32[1,4,8] reshape(%x)\n  %g = f32[4,4,8] all-gather(%u), channel_id=1, replica_groups={{3,2,1,0}}, dimensions={0}, use_global_device_ids=true\n  %m = f32[16,8] reshape(%g)\n  ROOT %y = f32[16,8] tanh(%m)\n",
+}
+
+
+def _ag_check(tmp_path: Path, body: str, witness: str) -> object:
+    dist = "HloModule ag_d\n\nENTRY %main {\n  %x = f32[4,8] parameter(0)\n" + body + "}\n"
+    for name, text in (("baseline.hlo", AG_BASE), ("distributed.hlo", dist), ("relations.yaml", AG_REL)):
+        (tmp_path / name).write_text(text)
+    return check_files(load_relations(tmp_path / "relations.yaml"), tmp_path / "baseline.hlo", tmp_path / "distributed.hlo", witness=witness)
+
+
+@pytest.mark.parametrize("spelling", sorted(AG_DIST))
+def test_untiled_all_gather_merged_is_the_whole(tmp_path: Path, spelling: str) -> None:
+    r = _ag_check(tmp_path, AG_DIST[spelling], "always")
+    assert r.verdict == VERIFIED, r.reason
+    assert r.witness is not None and r.witness["status"] == "equal", r.witness
+
+
+@pytest.mark.parametrize("bug", sorted(AG_BUGS))
+def test_untiled_all_gather_in_another_order_is_not_verified(tmp_path: Path, bug: str) -> None:
+    r = _ag_check(tmp_path, AG_BUGS[bug], "auto")
+    assert r.verdict != VERIFIED, r.reason
+    assert r.witness is not None and r.witness["status"] == "confirmed", r.witness

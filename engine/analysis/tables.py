@@ -43,6 +43,12 @@ group size ``c``, computed here once per distinct signature and loaded as TSV ta
 ``alltoalldim(k, s)``        k is an array all-to-all along dim s (split count c, the extent of
                              s divisible by c) over the sharding groups in order.
 ``cpshift(k, m)``           collective-permute k shifts every group's ring by m (ring_shift).
+``dotfree2(k, dl, dr, el, er, kp)`` dot k keeps lhs free dim dl as output dim el and rhs free
+                             dim dr as er; kp has both blocked (rules/ring.egg, 2-D blocks).
+``moves1x2(k, da, ea, db, eb, kp)`` unary k sends blocks along input dims da and db (at once)
+                             to output dims ea and eb; kp has both blocked (rules/ring.egg).
+``reduces2(k, db, da, ea, op, kp)`` reduce k folds dim db alone with op; dim da survives as
+                             ea; kp has da and db blocked (rules/ring.egg).
 ``ccident(k)``, ``ccmoves(k, d, kp)``: custom-calls as the relations file declares them
                              (Tables.custom_call).
 """
@@ -91,6 +97,7 @@ class Tables:
                 s = scale(out, d, c)
                 if s:
                     self.add("moves1", k, d, d, sig.with_dims([s], s).key())
+            self._moves1x2(sig, k, [(d, d) for d in range(len(out))], out, out)
             if op in ("negate", "copy"):
                 self.add("lin1", k, "add")
             if op in MONOTONE or (op == "convert" and monotone_convert(sig.ins[0][0], sig.out[0])):
@@ -144,6 +151,7 @@ class Tables:
                 si, so = scale(src, d, c), scale(out, e, c)
                 if si and so:
                     self.add("moves1", k, d, e, sig.with_dims([si], so).key())
+            self._moves1x2(sig, k, [(d, e) for e, d in enumerate(perm)], src, out)
             self.add("lin1", k, "add")
             self.add("lin1", k, "max")
             self.add("lin1", k, "min")
@@ -219,6 +227,18 @@ class Tables:
                     if si and su:
                         self.add("dusmoves", k, d, sig.with_dims([si, su, *ins_dims[2:]], si).key())
 
+    def _moves1x2(self, sig: Sig, k: str, pairs: list[tuple[int, int]], src: Dims, out: Dims) -> None:
+        """moves1x2 rows for unary k: every two (input dim -> output dim) pairs it maps whole."""
+        c = self.c
+        for da, ea in pairs:
+            for db, eb in pairs:
+                if da == db or ea == eb:
+                    continue
+                si, so = scale(src, da, c), scale(out, ea, c)
+                si, so = si and scale(si, db, c), so and scale(so, eb, c)
+                if si and so:
+                    self.add("moves1x2", k, da, ea, db, eb, sig.with_dims([si], so).key())
+
     def _reshape(self, sig: Sig, k: str, src: Dims, out: Dims) -> None:
         # Block r along d of x is the contiguous run of flat indices
         # [a*T + r*T/c, a*T + (r+1)*T/c) for T = prod(src[d:]); it is block r along e of the
@@ -233,6 +253,11 @@ class Tables:
                     if si and so:
                         table = "moves1" if src[d] == out[e] else "moves1p"
                         self.add(table, k, d, e, sig.with_dims([si], so).key())
+        # Two dims that each map whole (same extent, same number of elements before them):
+        # the elements between and around them are reshaped among themselves, so the (i, j)
+        # block along both is the per-rank reshape of the (i, j) block.
+        whole = [(d, e) for d in range(len(src)) for e in range(len(out)) if src[d] == out[e] and prod(src[:d]) == prod(out[:e])]
+        self._moves1x2(sig, k, whole, src, out)
         for d, e, spec in merged_blocks(src, out, c):
             si, so = scale(src, d, c), scale(out, e, c)
             if si and so:
@@ -318,6 +343,16 @@ class Tables:
                     self.add("moves2l", k, d, e, sig.with_dims([si, sig.ins[1][1]], so).key())
         if identity and reducer in ("add", "max", "min"):
             self.add("lin2l", k, reducer)
+        if len(dims) == 1 and reducer in ("add", "max", "min"):
+            db = dims[0]
+            for d in range(len(src)):
+                if d == db:
+                    continue
+                e = d - (1 if db < d else 0)
+                sab, so = scale(src, d, c), scale(out, e, c)
+                sab = sab and scale(sab, db, c)
+                if sab and so:
+                    self.add("reduces2", k, db, d, e, reducer, sig.with_dims([sab, sig.ins[1][1]], so).key())
 
     def _dot(self, sig: Sig, k: str, ins: Instruction, ins_dims: list[Dims], out: Dims) -> None:
         c = self.c
@@ -346,6 +381,13 @@ class Tables:
             sl, sr = scale(lhs, dl, c), scale(rhs, dr, c)
             if sl and sr:
                 self.add("contracts", k, dl, dr, sig.with_dims([sl, sr], out).key())
+        for j, dl in enumerate(lfree):
+            for i, dr in enumerate(rfree):
+                el, er = len(lb) + j, len(lb) + len(lfree) + i
+                sl, sr, so = scale(lhs, dl, c), scale(rhs, dr, c), scale(out, el, c)
+                so = so and scale(so, er, c)
+                if sl and sr and so:
+                    self.add("dotfree2", k, dl, dr, el, er, sig.with_dims([sl, sr], so).key())
         # Bilinear: sum_r dot(a_r, b) = dot(sum_r a_r, b). For integers only when the partial
         # operand has the result's type: sums modulo 2^bits agree then, but s8 pieces dotted
         # into s32 sum exactly where the baseline's s8 sum wrapped (found by review:
