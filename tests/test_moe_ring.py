@@ -9,10 +9,11 @@
   devices: Ulysses re-sharding verified, DeepSpeed #5808 (batch split) diverged; XLA's own
   runtime agrees, and runs the normalized program to the same numbers.
 - Ring attention (examples/tplm/ring.py, ``RingAttention``): K/V blocks around the ring by
-  collective-permute, online softmax over the steps. Not provable yet (no relation for a block
-  that is query block r and key block r + k, no rule for the online-softmax rescaling): it must
-  read ``unproven`` with the witness equal, never ``verified``; its off-by-one ring is diverged
-  with a confirmed witness.
+  collective-permute, online softmax over the steps: verified by rules/ring.egg (the score block
+  of query block r and key block r + k, the running max as a loop reduce with maximum, the
+  online-softmax rescaling); its off-by-one ring is diverged at its BUG-SITE with a confirmed
+  witness, and mutants of the real program (a rescale dropped or inverted, a key block's terms
+  dropped) are never verified and the oracle finds them unequal.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ models:
   - {{name: moe_a2a, entry: tplm.models:moe_alltoall, expect: verified}}
   - {{name: moe_a2a_dp2, entry: tplm.models:moe_alltoall, groups: [[0, 1], [2, 3]], size: {{top_k: 1}}, expect: verified}}
   - {{name: moe_a2a_owner, entry: tplm.models:moe_alltoall, variant: moe_a2a_expert_owner, expect: diverged}}
-  - {{name: ring_attn, entry: tplm.models:ring_attention, expect: unproven}}
+  - {{name: ring_attn, entry: tplm.models:ring_attention, expect: verified}}
   - {{name: ring_attn_off_by_one, entry: tplm.models:ring_attention, variant: ring_attn_step_off_by_one, expect: diverged}}
 """
 
@@ -111,26 +112,72 @@ def test_the_oracle_agrees(built: tuple[dict[str, Any], Path], name: str, equal:
 # ---- ring attention (torch-xla) ---------------------------------------------------------------
 
 
-def test_ring_attention_is_unproven_never_verified_and_numerically_equal(built: tuple[dict[str, Any], Path]) -> None:
+def test_ring_attention_is_verified_by_the_online_softmax_law(built: tuple[dict[str, Any], Path]) -> None:
     entry = model(built, "ring_attn")
-    assert entry["status"] == "unproven", entry["result"]["reason"]
-    assert entry["result"]["witness"]["status"] == "equal"
-    assert "numerically equal" in entry["result"]["reason"]
-    # Where the rules stop: the score block of query block r and key block r + k (the K/V
-    # shifts themselves are related, rules/permute.egg lrot).
-    ring = (ROOT / "examples" / "tplm" / "ring.py").read_text().splitlines()
-    scores = next(i for i, line in enumerate(ring, start=1) if "scores = q @ k.transpose" in line)
-    first = entry["result"]["divergences"][0]["source"]
-    assert (first["file"], first["line"]) == ("examples/tplm/ring.py", scores), first
+    assert entry["status"] == "verified", entry["result"]["reason"]
+    rules = _rules(entry)
+    assert {"ring/online-softmax-covers-all-blocks", "ring/loop-reduce-covers-all-blocks"} <= rules, rules
     # The ring is real: c - 1 shifts of K and of V.
     text = (built[1] / "ring_attn" / "distributed.hlo").read_text()
     assert len(re.findall(r" collective-permute\(", text)) == 2 * (N - 1)
 
 
-def test_ring_attention_off_by_one_is_diverged_with_a_witness(built: tuple[dict[str, Any], Path]) -> None:
+def test_ring_attention_off_by_one_is_diverged_at_its_line_with_a_witness(built: tuple[dict[str, Any], Path]) -> None:
     entry = model(built, "ring_attn_off_by_one")
     assert entry["status"] == "diverged", entry["result"]["reason"]
     assert entry["result"]["witness"]["status"] == "confirmed"
+    first = entry["result"]["divergences"][0]["source"]
+    assert (first["file"], first["line"]) == SITES["ring_attn_step_off_by_one"]
+
+
+def _drop_den_rescale(text: str) -> str:
+    """The denominator not rescaled at the first step that raises the max: denom * scale ->
+    denom (a keepdim multiply by an exponential, as copy of its other operand)."""
+    return re.sub(r"(%\S+ = (f32\[\d+,\d+,\d+,1\]\S*) )multiply\((\S+ %\S+), \S+ %exponential\.\d+\)", r"\1copy(\3)", text, count=1)
+
+
+def _drop_acc_rescale(text: str) -> str:
+    """The numerator not rescaled: acc * bcast(scale) -> acc."""
+    scales = re.findall(r"(%broadcast\.\d+) = f32\[\d+,\d+,\d+,\d+\]\S* broadcast\(f32\[\d+,\d+,\d+\]\S* %reshape\.\d+\), dimensions=\{0,1,2\}", text)
+    for s in scales:
+        new = re.sub(r"(%\S+ = (\S+) )multiply\((\S+ %\S+), \S+ " + re.escape(s) + r"\)", r"\1copy(\3)", text, count=1)
+        if new != text:
+            return new
+    return text
+
+
+def _invert_rescale(text: str) -> str:
+    """exp(m_new - m_old) instead of exp(m_old - m_new) at the first step."""
+    return re.sub(r"(%\S+ = f32\[\d+,\d+,\d+,1\]\S* subtract\()(\S+ %\S+), (\S+ %\S+)\)", r"\1\3, \2)", text, count=1)
+
+
+def _block_max_rescale(text: str) -> str:
+    """Wrong max: the first rescale uses the new key block's max instead of the running max,
+    exp(m_old - block_max) (the max's second operand is the block max, ring.py's m.maximum)."""
+    mx = re.search(r"= f32\[\d+,\d+,\d+,1\]\S* maximum\(\S+ %\S+, (\S+ %\S+)\)", text)
+    assert mx is not None
+    return re.sub(r"(%\S+ = f32\[\d+,\d+,\d+,1\]\S* subtract\(\S+ %\S+, )\S+ %\S+\)", lambda m: m.group(1) + mx.group(1) + ")", text, count=1)
+
+
+def _drop_last_den_term(text: str) -> str:
+    """The last key block's terms missing from the denominator only: the last keepdim add of
+    the running denominator keeps its rescaled part."""
+    adds = list(re.finditer(r"(%\S+ = (f32\[\d+,\d+,\d+,1\]\S*) )add\((\S+ %\S+), (\S+ %\S+)\)", text))
+    m = adds[-1]
+    return text[: m.start()] + f"{m.group(1)}copy({m.group(3)})" + text[m.end() :]
+
+
+@pytest.mark.parametrize("mutate", [_drop_den_rescale, _drop_acc_rescale, _invert_rescale, _block_max_rescale, _drop_last_den_term])
+def test_ring_attention_mutants_are_never_verified(built: tuple[dict[str, Any], Path], mutate: Any) -> None:
+    d = built[1] / "ring_attn"
+    baseline, distributed = (d / "baseline.hlo").read_text(), (d / "distributed.hlo").read_text()
+    bad = mutate(distributed)
+    assert bad != distributed, mutate.__name__
+    rel = yaml.safe_load((d / "relations.yaml").read_text())
+    result = verify(parse_relations(rel), parse_hlo(baseline, "baseline.hlo"), parse_hlo(bad, "distributed.hlo"))
+    assert result.verdict != "verified", mutate.__name__
+    oracle = pytest.importorskip("oracle")
+    assert not oracle.run_pair(baseline, bad, rel, seed=1).equal, mutate.__name__
 
 
 # ---- the tuple all-to-all (JAX) -------------------------------------------------------------
@@ -372,33 +419,33 @@ def _ring_rowreduce(op: str = "max", combine: str | None = None, steps: int = N,
 
     def step(i: int, q: str, k: str, n: int, s: int) -> list[str]:
         sh, rs = f"f32[{n},{n}]{{1,0}}", f"f32[{n}]{{0}}"
-        out = [f"  %s{i} = {sh} dot(f32[{n},4]{{1,0}} {q}, f32[{n},4]{{1,0}} {k}), {dot}"]
-        src = f"%s{i}"
+        out = [f"  %sc{i} = {sh} dot(f32[{n},4]{{1,0}} {q}, f32[{n},4]{{1,0}} {k}), {dot}"]
+        src = f"%sc{i}"
         if pointwise:
-            out.append(f"  %e{i} = {sh} {pointwise}({sh} %s{i})")
-            src = f"%e{i}"
-        out.append(f"  %m{i} = {rs} reduce({sh} {src}, f32[] %init), dimensions={{{red_dim}}}, to_apply=%red")
+            out.append(f"  %ex{i} = {sh} {pointwise}({sh} %sc{i})")
+            src = f"%ex{i}"
+        out.append(f"  %mx{i} = {rs} reduce({sh} {src}, f32[] %init), dimensions={{{red_dim}}}, to_apply=%red")
         if keepdim:
-            out.append(f"  %r{i} = f32[{n},1]{{1,0}} reshape({rs} %m{i})")
+            out.append(f"  %rs{i} = f32[{n},1]{{1,0}} reshape({rs} %mx{i})")
         return out
 
     rs = "f32[2,1]{1,0}" if keepdim else "f32[2]{0}"
-    name = "%r" if keepdim else "%m"
-    lines = ["  %q0 = f32[2,4]{1,0} parameter(0)", "  %k0 = f32[2,4]{1,0} parameter(1)", f"  %init = f32[] constant({init})", *step(0, "%q0", "%k0", 2, 0)]
+    name = "%rs" if keepdim else "%mx"
+    lines = ["  %qb0 = f32[2,4]{1,0} parameter(0)", "  %kb0 = f32[2,4]{1,0} parameter(1)", f"  %init = f32[] constant({init})", *step(0, "%qb0", "%kb0", 2, 0)]
     acc = f"{name}0"
     for i in range(1, steps):
-        lines.append(f"  %k{i} = f32[2,4]{{1,0}} collective-permute(f32[2,4]{{1,0}} %k{i - 1}), channel_id={2 * i}, source_target_pairs={_pairs(1)}")
-        q = "%q0"
+        lines.append(f"  %kb{i} = f32[2,4]{{1,0}} collective-permute(f32[2,4]{{1,0}} %kb{i - 1}), channel_id={2 * i}, source_target_pairs={_pairs(1)}")
+        q = "%qb0"
         if qshift:
-            lines.append(f"  %q{i} = f32[2,4]{{1,0}} collective-permute(f32[2,4]{{1,0}} %q{i - 1}), channel_id={2 * i + 1}, source_target_pairs={_pairs(1)}")
-            q = f"%q{i}"
-        lines += step(i, q, f"%k{i}", 2, i)
-        lines.append(f"  %c{i} = {rs} {combine}({rs} {acc}, {rs} {name}{i})")
-        acc = f"%c{i}"
+            lines.append(f"  %qb{i} = f32[2,4]{{1,0}} collective-permute(f32[2,4]{{1,0}} %qb{i - 1}), channel_id={2 * i + 1}, source_target_pairs={_pairs(1)}")
+            q = f"%qb{i}"
+        lines += step(i, q, f"%kb{i}", 2, i)
+        lines.append(f"  %cb{i} = {rs} {combine}({rs} {acc}, {rs} {name}{i})")
+        acc = f"%cb{i}"
     lines.append(f"  ROOT %out = {rs} copy({rs} {acc})")
     distributed = f"HloModule dist\n\n{comp}ENTRY %main (q: f32[2,4], k: f32[2,4]) -> {rs.split('{')[0]} {{\n" + "\n".join(lines) + "\n}\n"
     brs = "f32[8,1]" if keepdim else "f32[8]"
-    blines = ["  %q0 = f32[8,4]{1,0} parameter(0)", "  %k0 = f32[8,4]{1,0} parameter(1)", f"  %init = f32[] constant({init})", *step(0, "%q0", "%k0", 8, 0)]
+    blines = ["  %qb0 = f32[8,4]{1,0} parameter(0)", "  %kb0 = f32[8,4]{1,0} parameter(1)", f"  %init = f32[] constant({init})", *step(0, "%qb0", "%kb0", 8, 0)]
     blines.append(f"  ROOT %out = {brs} copy({brs} {name}0)")
     baseline = f"HloModule base\n\n{comp}ENTRY %main (q: f32[8,4], k: f32[8,4]) -> {brs} {{\n" + "\n".join(blines) + "\n}\n"
     rel = {"groups": [list(range(N))],
@@ -432,7 +479,7 @@ def test_ring_loop_reduce_of_two_dimensional_blocks(kw: dict, equal: bool) -> No
     assert (result.verdict == "verified") == equal, result.reason
     if equal:
         rules = {s["rule"] for t in result.trace for s in t["steps"]}
-        assert {"ring/dot-of-two-blocks", "ring/loop-reduce-covers-all-blocks"} <= rules, rules
+        assert "ring/loop-reduce-covers-all-blocks" in rules, rules
 
 
 if __name__ == "__main__":

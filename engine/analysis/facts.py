@@ -31,8 +31,13 @@ class Facts:
     bijections: list[dict[str, object]]  # every non-identity layout relating a pair
 
 
+def _mask(m: object) -> str:
+    """The ring offsets k (block (r + k) mod c) in a bit mask, as a set."""
+    return "{" + ",".join(str(k) for k in range(63) if int(m) >> k & 1) + "}"  # type: ignore[call-overload]
+
+
 def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
-    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "gpart", "inrange", "argpair", "argix", "extof", "gext", "gix", "athas", "argcand", "rot", "lrot", "rterm", "rsum", "scof", "pad"])
+    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "gpart", "inrange", "argpair", "argix", "extof", "gext", "gix", "athas", "argcand", "rot", "lrot", "rterm", "rsum", "scof", "pad", "rot2", "rred", "pexp", "osum"])
     cls_of_value: dict[object, int] = {}
     classes: dict[int, int] = {}
     members: dict[int, list[int]] = {}
@@ -162,6 +167,16 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
     for x, xp, m, _a, _b, _tag in tables["rsum"]:
         ks = [str(k) for k in range(63) if int(m) >> k & 1]  # type: ignore[call-overload]
         add(x, xp, f"the sum of the terms of blocks (r+k) mod c for k in {{{','.join(ks)}}}")
+    # 2-D ring blocks and the online softmax over ring steps (rules/ring.egg): related for
+    # localization only; a reduce or sum over every key block relates plainly (rot).
+    for x, xp, da, ka, db, kb in tables["rot2"]:
+        add(x, xp, f"block (r+{ka}) mod c along dim {da} and (r+{kb}) mod c along dim {db}")
+    for x, xp, e, ka, m, op, _x, _db in tables["rred"]:
+        add(x, xp, f"the {op} over key blocks {_mask(m)} of the rows of block (r+{ka}) mod c along dim {e}")
+    for x, xp, _da, _ka, _db, kb, m, _x in tables["pexp"]:
+        add(x, xp, f"exp relative to the running max over key blocks {_mask(m)}, key block (r+{kb}) mod c")
+    for x, xp, e, ka, s, m, _x, _db, _w in tables["osum"]:
+        add(x, xp, f"the sum over key blocks {_mask(s)} relative to the running max over key blocks {_mask(m)}, rows of block (r+{ka}) mod c along dim {e}")
     for name in ("shifted", "below0", "abovew", "outside", "clamped", "vgather", "vmask"):
         for ids, xp, w in tables[name]:
             add(ids, xp, f"{name}(w={w})")

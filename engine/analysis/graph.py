@@ -112,7 +112,7 @@ ROW_TABLES = (
     "litfint", "gatherpick", "repeatbc", "mergenext", "unitbcast", "keepsvals",
     "argred", "iotadim", "gteidx", "intwidento", "redone", "cmpeq", "affmove", "unitdim",
     "litrecip", "maskunflat", "catdim", "predtof",
-    "iotaval", "numconv", "gatherrows", "intshl", "padop", "truelit", "andop", "andreduce", "dusat", "farith", "fcmpop", "extop", "perrank", "fnegop", "reduceflip", "maskforr", "sortmoves", "gtemoves", "sortarray",
+    "iotaval", "numconv", "gatherrows", "intshl", "padop", "truelit", "andop", "andreduce", "dusat", "farith", "fcmpop", "extop", "perrank", "fnegop", "reduceflip", "maskforr", "sortmoves", "gtemoves", "sortarray", "ringop", "bcastlead",
     *SCATTER_TABLES,
 )  # fmt: skip
 
@@ -339,6 +339,14 @@ def _class_rows(rows: dict[str, list[tuple[object, ...]]], key: str, sig: Sig, i
         rows["addop"].append((key,))
     if op == "dot":
         rows["dotop"].append((key,))
+    if op == "reduce" and len(opnd) == 2:
+        rows.setdefault("reduceop", []).append((key,))  # rules/layout.egg: a reduce under a layout
+    if op == "broadcast" and opnd and len(ins.shape.dims) == len(opnd[0].dims) + 1 and list(ins.parsed.get("dimensions", [])) == sorted(ins.parsed.get("dimensions", [])):
+        rows.setdefault("bcastone", []).append((key,))  # rules/layout.egg: one new dim, the others in order
+    if op in ("subtract", "exponential") and ins.shape.dtype in FLOAT_PRECISION:
+        rows["ringop"].append((key, op))  # rules/ring.egg: the online-softmax rescale
+    if op == "broadcast" and opnd and list(ins.parsed.get("dimensions", [])) == list(range(len(opnd[0].dims))):
+        rows["bcastlead"].append((key,))  # rules/ring.egg: a row value repeated along trailing dims
     if op == "pad":
         rows["padop"].append((key,))  # rules/scaling.egg: a pad with zeros is linear
     if op == "slice":

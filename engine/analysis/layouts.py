@@ -7,7 +7,7 @@ layout and kind relate the results, or is absent when no split/merge bijection e
 
 from __future__ import annotations
 
-from .bijection import Layout
+from .bijection import Layout, _runs
 from .signature import Sig, prod, scale
 from .tables import unit_block_broadcast
 
@@ -110,6 +110,112 @@ class LayoutSolver:
             return None
         perm = _perm(sig)
         return self._key(layout.then_dst_transpose(perm)), f"g:{perm.index(d)}:{k}"
+
+    def pair_step(self, lkey: str, kind: str, base: Sig, dist: Sig) -> tuple[str, str] | None:
+        """rules/layout.egg lwant-pair: the same reduce or broadcast on both sides under L."""
+        if base.opcode == "broadcast" and dist.opcode == "broadcast":
+            return self.broadcast_step(lkey, kind, base, dist)
+        return self.reduce_step(lkey, kind, base, dist)
+
+    def broadcast_step(self, lkey: str, kind: str, base: Sig, dist: Sig) -> tuple[str, str] | None:
+        """Both sides broadcast into one new dim of the same extent n (every operand dim kept, in
+        order): the baseline at db, the rank at dd. Law: z[.., j, ..] = x[..] and z'[.., j, ..] =
+        x'[..], so L extended by the identity on the new dim (one atom of n, placed after the
+        atoms of the dims before it on each side) maps z' to z (dup) or to its block along e
+        (s:e, shifted past db). Every dtype: values are only repeated."""
+        bd, dd = _perm(base), _perm(dist)
+        src, out = dist.ins[0][1], dist.out[1]
+        bsrc, bout = base.ins[0][1], base.out[1]
+        newd = [x for x in range(len(out)) if x not in dd]
+        newb = [x for x in range(len(bout)) if x not in bd]
+        if len(newd) != 1 or len(newb) != 1 or dd != sorted(dd) or bd != sorted(bd):
+            return None
+        if [out[x] for x in dd] != list(src) or [bout[x] for x in bd] != list(bsrc):
+            return None
+        d0, b0 = newd[0], newb[0]
+        n = out[d0]
+        if n != bout[b0] or n < 2:
+            return None
+        view, view_out, new_kind = bsrc, bout, kind
+        if kind.startswith("s:"):
+            e = int(kind[2:])
+            view, view_out = scale(bsrc, e, self.c), scale(bout, bd[e], self.c) if 0 <= e < len(bd) else None
+            if view is None or view_out is None:
+                return None
+            new_kind = f"s:{bd[e]}"
+        elif kind != "dup":
+            return None
+        layout = self._get(lkey, src)
+        if layout is None or layout.src != src or layout.dst != view:
+            return None
+        atoms, perm = list(layout.atoms), list(layout.perm)
+        sruns = _runs(layout.src, atoms)
+        druns = _runs(layout.dst, [atoms[i] for i in perm])
+        if sruns is None or druns is None:
+            return None
+        a = sruns[d0 - 1][1] if d0 > 0 else 0  # the new atom's place in the rank's order
+        b = druns[b0 - 1][1] if b0 > 0 else 0  # and in the baseline's
+        new_atoms = [*atoms[:a], n, *atoms[a:]]
+        shifted = [p + 1 if p >= a else p for p in perm]
+        new_perm = [*shifted[:b], a, *shifted[b:]]
+        try:
+            new = Layout(tuple(out), tuple(view_out), tuple(new_atoms), tuple(new_perm))
+        except ValueError:
+            return None
+        return self._key(new), new_kind
+
+    def reduce_step(self, lkey: str, kind: str, base: Sig, dist: Sig) -> tuple[str, str] | None:
+        """A reduce of one dim on both sides under a layout L (rules/layout.egg lred): the
+        baseline reduces dim db of x, the rank dim dd of x', with L(x') = x (dup) or x's block
+        along e != db (s:e). When L carries dim dd of x' onto dim db as the same atoms in the
+        same order, both reduce the same elements in the same order, and L without those atoms
+        relates the results. Returns (L2, kind) or None."""
+        if base.opcode != "reduce" or dist.opcode != "reduce" or len(base.ins) != 2 or len(dist.ins) != 2:
+            return None
+        if base.attr("reducer") is None or base.attr("reducer") != dist.attr("reducer"):
+            return None
+        db, dd = _perm(base), _perm(dist)
+        if len(db) != 1 or len(dd) != 1:
+            return None
+        db_, dd_ = db[0], dd[0]
+        src, bsrc = dist.ins[0][1], base.ins[0][1]
+        view = bsrc
+        new_kind = kind
+        if kind.startswith("s:"):
+            e = int(kind[2:])
+            if e == db_:
+                return None
+            view = scale(bsrc, e, self.c)
+            if view is None:
+                return None
+            new_kind = f"s:{e - (1 if e > db_ else 0)}"
+        elif kind != "dup":
+            return None
+        layout = self._get(lkey, src)
+        if layout is None or layout.src != src or layout.dst != view or src[dd_] != view[db_] or src[dd_] < 2:
+            return None
+        return self._drop_dim(layout, dd_, db_, new_kind)
+
+    def _drop_dim(self, layout: Layout, dd: int, db: int, kind: str) -> tuple[str, str] | None:
+        atoms, perm = list(layout.atoms), list(layout.perm)
+        sruns = _runs(layout.src, atoms)
+        druns = _runs(layout.dst, [atoms[i] for i in perm])
+        if sruns is None or druns is None:
+            return None
+        a0, a1 = sruns[dd]
+        b0, b1 = druns[db]
+        if a1 <= a0 or perm[b0:b1] != list(range(a0, a1)):
+            return None
+        n = a1 - a0
+        new_atoms = atoms[:a0] + atoms[a1:]
+        new_perm = [p - n if p >= a1 else p for p in perm[:b0] + perm[b1:]]
+        new_src = (*layout.src[:dd], *layout.src[dd + 1 :])
+        new_dst = (*layout.dst[:db], *layout.dst[db + 1 :])
+        try:
+            new = Layout(new_src, new_dst, tuple(new_atoms), tuple(new_perm)) if new_atoms else Layout(new_src, new_dst)
+        except ValueError:
+            return None
+        return self._key(new), kind
 
     def dot_step(self, lkey: str, k1: str, k2: str, base: Sig, dist: Sig) -> tuple[str, str] | None:
         """Relabel the rows of a dot whose lhs is laid out by L (see rules/layout.egg).

@@ -49,6 +49,14 @@ group size ``c``, computed here once per distinct signature and loaded as TSV ta
                              to output dims ea and eb; kp has both blocked (rules/ring.egg).
 ``reduces2(k, db, da, ea, op, kp)`` reduce k folds dim db alone with op; dim da survives as
                              ea; kp has da and db blocked (rules/ring.egg).
+``moves2x2(k, da, db, kp)``   binary pointwise k with both operands blocked along da and db.
+``bcast2(k, ea, da, db, kp)`` broadcast k repeats its operand along a new dim db, keeping the
+                             operand's dims in order; operand dim ea is da; kp has ea blocked
+                             in, da and db blocked out (rules/ring.egg).
+``dotc2(k, dl, dr, da, ea, kp)`` dot k contracts lhs dl with rhs dr (its only contracting pair)
+                             and keeps lhs free dim da as ea; kp has dl, dr, da blocked.
+``dotrows(k, dl)``           dot k contracts lhs dim dl alone and its result starts with the
+                             other lhs dims in their order (batch dims first, then free dims).
 ``ccident(k)``, ``ccmoves(k, d, kp)``: custom-calls as the relations file declares them
                              (Tables.custom_call).
 """
@@ -108,6 +116,12 @@ class Tables:
                 s = scale(out, d, c)
                 if s:
                     self.add("moves2", k, d, d, d, sig.with_dims([s, s], s).key())
+            for da in range(len(out)):
+                for db in range(len(out)):
+                    s2 = scale(out, da, c)
+                    s2 = s2 and da != db and scale(s2, db, c)
+                    if s2:
+                        self.add("moves2x2", k, da, db, sig.with_dims([s2, s2], s2).key())
             if op in ("add", "subtract"):
                 self.add("lin2", k, "add")
             if op == "multiply":
@@ -162,6 +176,15 @@ class Tables:
                 si, so = scale(src, d, c), scale(out, e, c)
                 if si and so:
                     self.add("moves1", k, d, e, sig.with_dims([si], so).key())
+            # Only the broadcast that repeats its operand along one new dim db, keeping the
+            # operand's dims in order (a row value repeated along the keys): a broadcast that
+            # also permutes the other dims would pair a row with another row's value.
+            for ea, da in enumerate(dims):
+                for db in range(len(out)):
+                    si, so = scale(src, ea, c), scale(out, da, c)
+                    so = so and dims == [x for x in range(len(out)) if x != db] and scale(so, db, c)
+                    if si and so:
+                        self.add("bcast2", k, ea, da, db, sig.with_dims([si], so).key())
             for e in range(len(out)):
                 if e not in dims:
                     so = scale(out, e, c)
@@ -381,6 +404,14 @@ class Tables:
             sl, sr = scale(lhs, dl, c), scale(rhs, dr, c)
             if sl and sr:
                 self.add("contracts", k, dl, dr, sig.with_dims([sl, sr], out).key())
+        if len(lc) == 1:
+            if lb + lfree == [d for d in range(len(lhs)) if d != lc[0]]:
+                self.add("dotrows", k, lc[0])
+            for j, da in enumerate(lfree):
+                sl, sr, so = scale(lhs, lc[0], c), scale(rhs, rc[0], c), scale(out, len(lb) + j, c)
+                sl = sl and scale(sl, da, c)
+                if sl and sr and so:
+                    self.add("dotc2", k, lc[0], rc[0], da, len(lb) + j, sig.with_dims([sl, sr], so).key())
         for j, dl in enumerate(lfree):
             for i, dr in enumerate(rfree):
                 el, er = len(lb) + j, len(lb) + len(lfree) + i

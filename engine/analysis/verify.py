@@ -506,8 +506,8 @@ def _saturate(session: Session, g: Graphs, solver: LayoutSolver, budget: Budget)
         total = RunStats(total.iterations + stats.iterations, stats.saturated, total.seconds + stats.seconds, stats.exhausted, max(total.nodes, stats.nodes))
         if not stats.saturated:
             return total
-        wants = session.rows(["lwant-d", "lwant-b", "lwant-dot"])
-        answers: dict[str, list[tuple[object, ...]]] = {"lstep-d": [], "lstep-b": [], "ldot": []}
+        wants = session.rows(["lwant-d", "lwant-b", "lwant-dot", "lwant-pair"])
+        answers: dict[str, list[tuple[object, ...]]] = {"lstep-d": [], "lstep-b": [], "ldot": [], "lpair": []}
         fresh = False
         for table, side in (("lwant-d", "d"), ("lwant-b", "b")):
             for lkey, kind, k in wants[table]:
@@ -528,6 +528,15 @@ def _saturate(session: Session, g: Graphs, solver: LayoutSolver, budget: Budget)
             step = solver.dot_step(str(lkey), str(k1), str(k2), sigs[str(kb)], sigs[str(kd)])
             if step is not None:
                 answers["ldot"].append((lkey, k1, k2, kb, kd, *step))
+        for lkey, kind, kb, kd in wants["lwant-pair"]:  # rules/layout.egg: a reduce or broadcast under a layout
+            tag = ("red", str(lkey), str(kind), str(kb) + "|" + str(kd))
+            if tag in answered:
+                continue
+            answered.add(tag)
+            fresh = True
+            step = solver.pair_step(str(lkey), str(kind), sigs[str(kb)], sigs[str(kd)])
+            if step is not None:
+                answers["lpair"].append((lkey, kind, kb, kd, *step))
         if not fresh:
             return total
         for table, rows in answers.items():

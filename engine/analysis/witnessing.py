@@ -220,7 +220,8 @@ def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict
     # "numerically equal" only when no seed showed a difference at all; a difference that
     # vanished in the f64 recheck is said as such.
     equal = f"numerically equal on {n} random inputs at these shapes" if not report.rounding else (
-        f"equal up to rounding on {n} random inputs at these shapes (seed(s) {report.rounding} differ as written but agree when recomputed in f64)")
+        f"equal up to rounding on {n} random inputs at these shapes (seed(s) {report.rounding} differ as written but agree when recomputed in f64"
+        " — f32 in f64, bf16/f16 sums within the baseline's own reordering noise)")
     w["reason"] = f"every output numerically equal on {n} random input(s) at these shapes" if not report.rounding else f"every output {equal}"
     if result.verdict == DIVERGED:
         _label(result, probes, confirmed=False)

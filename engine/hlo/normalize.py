@@ -381,10 +381,19 @@ def unmerge_batch_dots(comp: Computation) -> Computation:
             out.append(ins)
             continue
         lhs, rhs = (by[o] for o in ins.operands)
-        if lhs.opcode != "reshape" or rhs.opcode != "reshape":
+        lsrc, rsrc = _merge_source(lhs, by), _merge_source(rhs, by)
+        # One operand a plain merge reshape, the other any tensor with the same leading extent:
+        # split it by the same two leading dims (a row-major split reshape; merging it back is
+        # the operand). Only then, and not for the merge of a repeat (a broadcast that creates
+        # dim 1: GQA's repeat_interleave of KV heads, which the rank-group rules follow merged).
+        if lsrc is not None and rsrc is None and lhs.opcode == "reshape" and not _repeat_merge(lsrc):
+            rsrc = _split_leading(rhs, lsrc.shape.dims[:2])
+        elif rsrc is not None and lsrc is None and rhs.opcode == "reshape" and not _repeat_merge(rsrc):
+            lsrc = _split_leading(lhs, rsrc.shape.dims[:2])
+        if lsrc is None or rsrc is None:
             out.append(ins)
             continue
-        xs, ys = by[lhs.operands[0]].shape.dims, by[rhs.operands[0]].shape.dims
+        xs, ys = lsrc.shape.dims, rsrc.shape.dims
         ok = (
             len(xs) == lhs.shape.rank + 1 and len(ys) == rhs.shape.rank + 1
             and xs[:2] == ys[:2] and xs[0] * xs[1] == lhs.shape.dims[0]
@@ -394,7 +403,10 @@ def unmerge_batch_dots(comp: Computation) -> Computation:
             out.append(ins)
             continue
         inner_shape = replace(ins.shape, dims=(xs[0], xs[1], *ins.shape.dims[1:]), layout=None)
-        inner = replace(ins, name=f"{ins.name}.unmerged", shape=inner_shape, operands=[lhs.operands[0], rhs.operands[0]], is_root=False, origin=ins.origin or ins.name)
+        # A source made by _merge_source (a transpose moved before the merge) enters here.
+        out.extend(x for x in (lsrc, rsrc) if x.name not in by)
+        by.update((x.name, x) for x in (lsrc, rsrc))
+        inner = replace(ins, name=f"{ins.name}.unmerged", shape=inner_shape, operands=[lsrc.name, rsrc.name], is_root=False, origin=ins.origin or ins.name)
         inner.parsed = dict(p, lhs_batch_dims=[0, 1], rhs_batch_dims=[0, 1],
                             lhs_contracting_dims=[d + 1 for d in p.get("lhs_contracting_dims", [])],
                             rhs_contracting_dims=[d + 1 for d in p.get("rhs_contracting_dims", [])])
@@ -402,6 +414,47 @@ def unmerge_batch_dots(comp: Computation) -> Computation:
         merged = replace(ins, opcode="reshape", operands=[inner.name], parsed={}, attrs={})
         out.extend([inner, merged])
     return Computation(comp.name, out, comp.is_entry, comp.loc)
+
+
+def _merge_source(op: Instruction, by: dict[str, Instruction]) -> Instruction | None:
+    """The tensor whose two leading dims a batched dot's operand merges into its dim 0 (checked
+    by the caller): the reshape's operand; or, for transpose(reshape(y), perm) with perm[0] = 0
+    (the merged dim stays first), a new transpose of y by [0, 1, perm[1:] + 1]. Layout identity:
+    the merge makes row-major index a·B + b of (a, b) and the transpose only permutes the other
+    dims, so both orders put y[a, b, ...] at the same place (every dtype: values only move).
+    None for any other operand."""
+    if op.opcode == "reshape":
+        return by[op.operands[0]]
+    if op.opcode != "transpose" or not op.operands:
+        return None
+    perm = list(op.parsed.get("dimensions", []))
+    inner = by.get(op.operands[0])
+    if inner is None or inner.opcode != "reshape" or not perm or perm[0] != 0:
+        return None
+    src = by[inner.operands[0]]
+    sd, md = src.shape.dims, inner.shape.dims
+    if len(sd) != len(md) + 1 or sd[0] * sd[1] != md[0] or sd[2:] != md[1:]:
+        return None
+    new_perm = [0, 1, *(p + 1 for p in perm[1:])]
+    dims = tuple(sd[p] for p in new_perm)
+    moved = replace(op, name=f"{op.name}.premerge", shape=replace(op.shape, dims=dims, layout=None), operands=[src.name], is_root=False, origin=op.origin or op.name)
+    moved.parsed = dict(op.parsed, dimensions=new_perm)
+    moved.attrs = {k: v for k, v in op.attrs.items() if k != "dimensions"}
+    return moved
+
+
+def _repeat_merge(src: Instruction) -> bool:
+    """True when ``src`` is a broadcast whose dim 1 is new (merged into dim 0 it repeats)."""
+    return src.opcode == "broadcast" and 1 not in list(src.parsed.get("dimensions", []))
+
+
+def _split_leading(op: Instruction, lead: tuple[int, ...]) -> Instruction | None:
+    """reshape(op) splitting its dim 0 into ``lead`` (two dims, a·b = op's dim 0), or None."""
+    dims = op.shape.dims
+    if len(lead) != 2 or not dims or lead[0] * lead[1] != dims[0] or 1 in lead:
+        return None
+    return replace(op, name=f"{op.name}.split", opcode="reshape", shape=replace(op.shape, dims=(*lead, *dims[1:]), layout=None), operands=[op.name],
+                   attrs={}, parsed={}, literal=None, parameter_number=None, tuple_index=None, is_root=False, origin=op.origin or op.name)
 
 
 def _same_type(a: Shape, b: Shape) -> bool:

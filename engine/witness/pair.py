@@ -434,10 +434,12 @@ def _precompile(jobs: list[tuple[str, int]]) -> None:
 # under VARIANTS other summation orders of its bf16/f16 sums) a difference left by the f64 model
 # may be and still count as rounding. Measured on the mixed-precision training step
 # (examples: train_mixed_tp4, bf16 norm gradients summed over the sequence in one order on one
-# device, in 4 local sums and a bf16 all-reduce on the ranks): |baseline - distributed| was at
-# most 0.6x that noise over 12 seeds and 39 outputs. A sum computed in bf16 where the baseline
-# computes it in f32 (tests/adversarial: b_hlo_bf16_accumulate) moves it 10^5x its noise.
-NOISE_FACTOR = 4.0
+# device, in 4 local sums and a bf16 all-reduce on the ranks): the largest |baseline -
+# distributed| of an output was at most 3.6x that output's noise over 30 seeds and 39 outputs
+# (median ~1.2x). A sum the ranks compute in bf16 where the baseline computes it in f32
+# (tests/adversarial: b_hlo_bf16_accumulate) leaves the baseline without a low-precision sum:
+# no noise to excuse anything, the difference stands.
+NOISE_FACTOR = 8.0
 
 
 def _recheck(base: runtime.Program, dist: runtime.Program, base_text: str, dist_text: str, base_args: list[np.ndarray], dist_args: list[list[np.ndarray]], entries: list[dict[str, Any]], probes: list[Probe], slots: dict[int, tuple[int, int]], groups: list[list[int]], checks: list[OutputCheck], pchecks: dict[int, OutputCheck | None], nb: int, nd: int) -> tuple[list[OutputCheck], dict[int, OutputCheck | None]] | None:
@@ -454,8 +456,8 @@ def _recheck(base: runtime.Program, dist: runtime.Program, base_text: str, dist_
     tolerance at the output's scale 4.5). In the model the two agree to 4e-14. What the f64
     model leaves (bf16/f16 arithmetic stays as written) is compared again with the tolerance
     raised by NOISE_FACTOR x the baseline's own low-precision summation noise (``_noise``):
-    train_mixed_tp4's bf16 sums differ by up to 1.4 as written, which is within 0.6x the
-    distance the baseline moves when its own bf16 sums are merely reordered."""
+    train_mixed_tp4's bf16 sums differ by up to 1.4 as written (abs, on an element of -0.92),
+    within ~2x the distance the baseline itself moves when its own bf16 sums are reordered."""
     try:
         wb, wd = runtime.read(_widen(base_text)), runtime.read(_widen(dist_text))
         wide_base_args = _wide_args(base_args, wb)

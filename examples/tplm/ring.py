@@ -86,5 +86,5 @@ class RingAttention(nn.Module):
             denom = denom * scale + p.sum(dim=-1, keepdim=True)
             acc = acc * scale + p @ v
             m = m_new
-        ctx = (acc / denom).permute(2, 0, 1, 3).reshape(s, b, self.heads * hd)
+        ctx = (acc / denom).permute(2, 0, 1, 3).reshape(s, b, self.heads * hd)  # BUG-SITE: ring_attn_step_off_by_one
         return self.out(ctx)
