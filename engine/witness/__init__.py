@@ -11,6 +11,8 @@ relations document (the YAML's plain data) and answers with numbers. Modules:
 - ``compare``: per-dtype tolerances and the comparison of one output under its relation;
 - ``segment``: cutting instructions out of a text (a diverging instruction with its operands
   as parameters) and adding extra outputs (numeric localization);
+- ``model``: the recheck's texts: f32 computed in f64 with every written rounding kept, and the
+  baseline's bf16/f16 sums in other orders (the scale of its own low-precision rounding);
 - ``pair``: the whole witness over several seeds, with the f64 recheck of rounding noise and a
   memory budget checked before anything executes.
 """
