@@ -43,7 +43,9 @@ REPORT_PLEA = "this is a bug in shardproof, not in your program; please report i
 # Names the test suite may put in SHARDPROOF_FAULT to make that phase crash (tests/test_internal_errors.py).
 FAULT_ENV = "SHARDPROOF_FAULT"
 PHASE_TEXT = {
+    "check": "checking the pair",
     "read": "reading the input files",
+    "rules": "loading the rewrite rules",
     "fold": "folding repeated layers",
     "parse": "parsing HLO",
     "normalize": "normalizing the HLO",
@@ -55,6 +57,17 @@ PHASE_TEXT = {
     "verify": "verifying",
     "report": "writing the report",
 }
+
+
+# The interpreter's own control flow; every other exception is a crash. A Rust panic inside
+# egglog reaches Python as pyo3's PanicException, a BaseException (not an Exception): a rule
+# file egglog rejects can raise one (a rule name defined twice, input into an unknown table).
+NOT_CRASHES = (KeyboardInterrupt, SystemExit, GeneratorExit)
+
+
+def is_crash(e: BaseException) -> bool:
+    """Whether ``e`` is a crash of the tool (or bad input), not an interrupt or an exit."""
+    return not isinstance(e, NOT_CRASHES)
 
 
 class InternalError(Exception):
@@ -135,8 +148,8 @@ def phase(name: str, where: str = "", keep: tuple[type[Exception], ...] = ()) ->
             p.at(p.where)
     except (InputError, InternalError):
         raise
-    except Exception as e:
-        if isinstance(e, keep):
+    except BaseException as e:
+        if isinstance(e, keep) or not is_crash(e):
             raise
         inner = _describe_locals(e.__traceback__)
         where = ", ".join(x for x in (inner, p.where) if x)
