@@ -18,7 +18,7 @@ import bot_support as bs
 import pytest
 from fake_github import FakeGitHub
 
-from shardproof.engine.analysis import graph
+from shardproof.engine.analysis import egg, graph
 from shardproof.engine.cli import build_parser, main
 from shardproof.engine.errors import REPORT_PLEA, InternalError, phase
 from shardproof.engine.frontend import runner
@@ -26,7 +26,7 @@ from shardproof.engine.frontend.runner import BuildOutcome, exit_code
 
 PAIRS = Path(__file__).parent / "pairs"
 # Phases a `check` of a pair passes through, each of which must turn a crash into exit 4.
-CHECK_PHASES = ("read", "parse", "normalize", "partition", "build", "saturate", "localize", "report")
+CHECK_PHASES = ("read", "rules", "parse", "normalize", "partition", "build", "saturate", "localize", "report")
 
 
 def _check_args(pair: str, out: Path) -> list[str]:
@@ -110,6 +110,74 @@ def test_a_real_parser_crash_names_the_line(tmp_path: Path, monkeypatch: pytest.
     first = next(n for n, line in enumerate((d / "baseline.hlo").read_text().splitlines(), 1) if "aten__add" in line)
     assert err["phase"] == "parse" and err["message"] == "IndexError: bad index"
     assert err["where"].startswith(f"{d / 'baseline.hlo'}:{first}:")  # file:line:column of the crash
+
+
+# Rule files half edited: egglog refuses the form. A rule name defined twice makes egglog panic
+# (pyo3's PanicException, a BaseException: it once passed every handler, exit 1 and no
+# result.json); an unbound function is an ordinary egglog error.
+BROKEN_RULES = {
+    "panic": ('(rule ((leafrow id)) ((N id)) :name "load-leaf")', "PanicException: Rule 'load-leaf' was already present"),
+    "unbound": ("(rule ((leafrowx id)) ((N id)))", "Unbound function leafrowx"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BROKEN_RULES))
+def test_a_broken_rule_file_is_an_internal_error(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    form, message = BROKEN_RULES[kind]
+    real = egg.rule_text
+    core = real("core.egg").rstrip("\n") + "\n"
+    line = core.count("\n") + 1  # the appended form's line
+
+    def edited(name: str) -> str:
+        return core + form + "\n" if name == "core.egg" else real(name)
+
+    monkeypatch.setattr(egg, "rule_text", edited)
+    monkeypatch.setattr(egg._LOCAL, "sessions", {}, raising=False)  # no rules-loaded e-graph of this thread
+    out = tmp_path / "result.json"
+    assert main(_check_args("deep_mlp_tp4", out)) == 4
+    err = json.loads(out.read_text())["error"]
+    assert err["phase"] == "rules" and err["where"] == f"rules/core.egg:{line}"
+    assert message in err["message"]
+    assert "(phase rules)" in capsys.readouterr().err
+
+
+def test_an_egglog_panic_while_saturating_is_an_internal_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real panic in a worker thread: egglog asked to read rows into a table no rule declares."""
+    real = egg.Session.load
+
+    def into_unknown_table(self: egg.Session, table: str, rows: Any) -> int:
+        return real(self, "nosuchtable", rows)
+
+    monkeypatch.setattr(egg.Session, "load", into_unknown_table)
+    out = tmp_path / "result.json"
+    assert main(_check_args("deep_mlp_tp4", out)) == 4
+    err = json.loads(out.read_text())["error"]
+    assert err["phase"] == "saturate" and err["where"].startswith("layer ")
+    assert err["message"].startswith("PanicException: ") and "nosuchtable" in err["message"]
+
+
+def test_a_crash_outside_every_phase_still_writes_the_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from shardproof.engine.analysis import verify
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise TypeError("budget")
+
+    monkeypatch.setattr(verify, "Budget", broken)
+    out = tmp_path / "result.json"
+    assert main(_check_args("mlp_tp2", out)) == 4
+    doc = json.loads(out.read_text())
+    assert doc["verdict"] == "error" and doc["error"]["phase"] == "check" and doc["error"]["message"] == "TypeError: budget"
+    assert "(phase check)" in capsys.readouterr().err
+
+
+def test_a_verified_check_never_imports_the_witness(tmp_path: Path) -> None:
+    """The witness (numpy, XLA) is imported only when it runs: ~50 ms of every verified check."""
+    import subprocess
+    import sys
+
+    code = "import sys; from shardproof.engine.cli import main; code = main(sys.argv[1:]); print(code, 'numpy' in sys.modules, 'shardproof.engine.witness' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code, *_check_args("mlp_tp2", tmp_path / "r.json")], capture_output=True, text=True, timeout=300)
+    assert out.stdout.split()[-3:] == ["0", "False", "False"], out.stdout + out.stderr
 
 
 def test_bad_input_stays_exit_3_inside_a_phase(tmp_path: Path) -> None:

@@ -47,7 +47,9 @@ def _parse(text: str, path: str, note: str = "") -> Module:
 def check_files(spec: RelationSpec, baseline: str | Path, distributed: str | Path, sourcemap: SourceMap | None = None, budget: Budget | None = None, witness: str = "auto", witness_options: Any = None) -> Result:
     """Verify the pair in the two files, then let the numeric witness (engine.witness, see
     analysis.witnessing) confirm or refute what the rules could not prove: ``witness`` is
-    ``auto`` (non-verified outcomes), ``always`` (verified pairs too) or ``never``."""
+    ``auto`` (non-verified outcomes), ``always`` (verified pairs too) or ``never``.
+    ``witness_options`` may be a function returning them, called only when the witness runs
+    (engine.witness imports numpy, ~50 ms of a check that most often verifies without it)."""
     result = _check_files(spec, baseline, distributed, sourcemap, budget)
     if witness == "never" or (witness == "auto" and result.verdict == VERIFIED):
         return result
@@ -57,7 +59,8 @@ def check_files(spec: RelationSpec, baseline: str | Path, distributed: str | Pat
     paths = {"baseline": os.fspath(baseline), "distributed": os.fspath(distributed)}
     with phase("witness", f"{paths['baseline']} / {paths['distributed']}"):
         texts = {side: read_hlo(p) for side, p in paths.items()}
-        result = witnessing.apply(result, spec, paths, texts, witness, witness_options)
+        options = witness_options() if callable(witness_options) else witness_options
+        result = witnessing.apply(result, spec, paths, texts, witness, options)
     result.timings["witness"] = time.perf_counter() - t
     return result
 

@@ -23,6 +23,8 @@ from importlib import resources
 from pathlib import Path
 from types import ModuleType
 
+from ..errors import phase
+
 
 def _bindings() -> ModuleType:
     """egglog's Rust extension, ``egglog.bindings``, the only part of egglog this module uses.
@@ -57,7 +59,7 @@ def _bindings() -> ModuleType:
 
 bindings = _bindings()
 
-RULE_FILES = ("core.egg", "algebra.egg", "partition.egg", "collectives.egg", "slicing.egg", "argreduce.egg", "unroll.egg", "layout.egg", "customcall.egg", "permute.egg", "rankalgebra.egg", "rankselect.egg", "vocabraw.egg", "gathercat.egg", "alltoall.egg", "rankpos.egg", "window.egg", "scaling.egg", "scatter.egg", "padded.egg", "ring.egg")
+RULE_FILES = ("core.egg", "algebra.egg", "partition.egg", "collectives.egg", "slicing.egg", "argreduce.egg", "unroll.egg", "layout.egg", "customcall.egg", "permute.egg", "rankalgebra.egg", "rankselect.egg", "vocabraw.egg", "gathercat.egg", "alltoall.egg", "rankpos.egg", "window.egg", "scaling.egg", "scatter.egg", "padded.egg", "ring.egg", "crossentropy.egg", "ringcollect.egg")
 
 
 def split_forms(text: str) -> Iterator[str]:
@@ -116,12 +118,30 @@ class Session:
         self._files = itertools.count()
         # Parsed once: size() runs between every chunk of iterations.
         self._print_size = self.eg.parse_program("(print-size)")
-        for name in rule_files:
-            for form in split_forms(rule_text(name)):
-                self.command(form)
+        # A crash here is a broken rule file (exit 4, phase "rules"), named by file and line.
+        try:
+            with phase("rules", "rules/") as p:
+                for name in rule_files:
+                    p.at(f"rules/{name}")
+                    text, at = rule_text(name), 0
+                    for form in split_forms(text):
+                        at = text.find(form, at)
+                        try:
+                            self.command(form)
+                        except BaseException:
+                            line = text.count("\n", 0, at) + 1
+                            p.where = f"rules/{name}:{line}"
+                            raise
+                        at += len(form)
+        except BaseException:
+            self.close()
+            raise
 
     def close(self) -> None:
+        """Free the e-graph now, in this thread: egglog's EGraph must not be dropped by another
+        thread, and a crash's traceback, read by the main thread, keeps the Session alive."""
         self._tmp.cleanup()
+        self.__dict__.pop("eg", None)
 
     def command(self, form: str) -> list[object]:
         return self.eg.run_program(*self.eg.parse_program(form))

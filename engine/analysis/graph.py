@@ -14,6 +14,7 @@ from ..hlo.literals import FLOAT_MAX, int_range, is_int_value, scalar_value
 from ..hlo.parser import literal_is_elided
 from ..ir import Computation, Instruction, Module, Shape
 from ..relations import RelationSpec
+from .crossentropy import XENT_TABLES, xent_rows
 from .ops import (
     BINARY_POINTWISE,
     COLLECTIVES,
@@ -32,7 +33,8 @@ from .scatter import (
     scatter_rows,
 )
 from .signature import Sig, make_sig
-from .tables import GroupTables, Tables, custom_call_problem, merged_blocks
+from .tables import GroupTables, Tables, custom_call_problem, merged_blocks, merged_run_blocks
+from .window import WINDOW_TABLES, window_rows
 
 POINTWISE = UNARY_POINTWISE | BINARY_POINTWISE | TERNARY_POINTWISE
 
@@ -114,6 +116,8 @@ ROW_TABLES = (
     "litrecip", "maskunflat", "catdim", "predtof",
     "iotaval", "numconv", "gatherrows", "intshl", "padop", "truelit", "andop", "andreduce", "dusat", "farith", "fcmpop", "extop", "perrank", "fnegop", "reduceflip", "maskforr", "sortmoves", "gtemoves", "sortarray", "ringop", "bcastlead",
     *SCATTER_TABLES,
+    *XENT_TABLES,
+    *WINDOW_TABLES,
 )  # fmt: skip
 
 
@@ -146,6 +150,7 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
             src = baseline.entry.get(ins.operands[0])
             if src is not None:
                 block_specs.update(b for _d, _e, b in merged_blocks(tuple(src.shape.dims), tuple(ins.shape.dims), spec.c))
+                block_specs.update(b for _d, _e, b in merged_run_blocks(tuple(src.shape.dims), tuple(ins.shape.dims), spec.c))
     list_id = [0]
 
     def new_list(items: list[int]) -> int:
@@ -217,6 +222,8 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
             _arg_tables(rows, node, sig, opnd_shapes, module)
             if ins.opcode == "scatter":
                 scatter_rows(rows, side, sig, ins, opnd_shapes, spec.c)  # rules/scatter.egg
+            xent_rows(rows, side, sig, ins, opnd_shapes)  # rules/crossentropy.egg
+            window_rows(rows, side, sig, ins, opnd_shapes, spec.c)  # rules/window.egg
             if ins.opcode == "concatenate" and len(operands) == 1:
                 rows["catone"].append((key,))  # rules/scatter.egg
             if side == "baseline" and groups.factors:
@@ -243,7 +250,7 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
     _unflat_mask_tables(rows, g)
     _unit_row_mask_tables(rows, g)
     _round_trip_rows(rows, g)
-    for k in SCATTER_TABLES:
+    for k in (*SCATTER_TABLES, *WINDOW_TABLES):
         rows[k] = sorted(set(rows[k]), key=repr)
     rows.update({k: sorted(v, key=repr) for k, v in tables.rows.items()})
     for k in ("argred", "iotadim", "gteidx", "intwidento", "redone", "cmpeq", "affmove", "unitdim", "keepsvals", "itof", "ftoi", "fdivop", "floorop", "onelem", "intdiv", "litfint", "repeatbc", "mergenext", "intconv", "sliceblock", "fillop", "mulop", "addop", "prednefalse", "identlit", "litint", "zerolit", "intop", "intwiden", "cmpop", "orop", "boolconv", "selectop", "scalarbcast", "layoutop", "ew", "commutative"):
@@ -513,7 +520,7 @@ def _rank_tables(rows: dict[str, list[tuple[object, ...]]], side: str, node: Nod
     key = sig.key()
     op = ins.opcode
     out_t = ins.shape.dtype
-    if op in ("add", "subtract", "multiply") and out_t in INT_BITS:
+    if op in ("add", "subtract", "multiply", "remainder") and out_t in INT_BITS:
         rows["intop"].append((key, op, *_int_range(out_t)))
     elif op == "divide" and out_t in INT_BITS:
         rows["intdiv"].append((key, _int_top(out_t)))

@@ -269,6 +269,127 @@ class LayoutSolver:
         new = Layout(src, dst, (*atoms, n), (*perm, len(atoms)))
         return self._key(new), kind
 
+    def dot2_step(self, l1: str, k1: str, l2: str, k2: str, base: Sig, dist: Sig) -> tuple[str, str] | None:
+        """A dot whose two operands each relate through a layout that only permutes whole dims and
+        inserts or removes unit dims (rules/layout.egg lwant-dot2).
+
+        Law: let L1(x') be x (dup) or its block along e1 (s:e1), L2(y') likewise for y, where L1
+        and L2 map every non-unit dim of x' (y') whole onto one dim of the block. When the rank's
+        dot pairs (batch, contracting) the dims that L1/L2 carry onto the baseline's non-unit
+        batch and contracting pairs, in the same order, both dots multiply the same element pairs
+        and sum the same products in the same order (a unit dim contributes one index, a
+        contraction over it one product), so the rank's result, its dims carried the same way
+        (L3: a permutation plus unit dims), is the baseline's dot of the blocks: z itself (both
+        dup), z's block along the output dim of a sharded batch pair or free dim, or a partial sum
+        (p:add) when both operands are split along one contracting pair. It arises when one head
+        per rank makes XLA drop the unit head (batch) dim of the rank's attention dots.
+        Every dtype: the same products and sums in the same order (p:add is the partial-sum
+        kind every sharded contraction already has)."""
+        if base.opcode != "dot" or dist.opcode != "dot" or len(base.ins) != 2 or len(dist.ins) != 2:
+            return None
+        dims = ("lhs_batch_dims", "rhs_batch_dims", "lhs_contracting_dims", "rhs_contracting_dims")
+        if {k: v for k, v in base.attrs if k not in dims} != {k: v for k, v in dist.attrs if k not in dims}:
+            return None  # precision, result type: the same dot apart from its dims
+        if [t for t, _ in base.ins] != [t for t, _ in dist.ins] or base.out[0] != dist.out[0]:
+            return None
+        bl, rbl, bc, rbc = (_ints(base.attr(n)) for n in dims)
+        dl, rdl, dc, rdc = (_ints(dist.attr(n)) for n in dims)
+        (_, sb), (_, rb) = base.ins
+        (_, sd), (_, rd) = dist.ins
+        nb = len(bl)
+        lfree = [d for d in range(len(sb)) if d not in bl and d not in bc]
+        rfree = [d for d in range(len(rb)) if d not in rbl and d not in rbc]
+        kind, out_dim = "dup", -1
+        if k1 == "dup" and k2 == "dup":
+            pass
+        elif k1.startswith("s:") and k2.startswith("s:") and (int(k1[2:]), int(k2[2:])) in zip(bl, rbl, strict=True):
+            kind, out_dim = "s", list(zip(bl, rbl, strict=True)).index((int(k1[2:]), int(k2[2:])))
+        elif k1.startswith("s:") and k2.startswith("s:") and (int(k1[2:]), int(k2[2:])) in zip(bc, rbc, strict=True):
+            kind = "p:add"
+        elif k1.startswith("s:") and k2 == "dup" and int(k1[2:]) in lfree:
+            kind, out_dim = "s", nb + lfree.index(int(k1[2:]))
+        elif k1 == "dup" and k2.startswith("s:") and int(k2[2:]) in rfree:
+            kind, out_dim = "s", nb + len(lfree) + rfree.index(int(k2[2:]))
+        else:
+            return None
+        views = [sb if k == "dup" else scale(sb, int(k[2:]), self.c) for k in (k1,)] + [rb if k == "dup" else scale(rb, int(k[2:]), self.c) for k in (k2,)]
+        if views[0] is None or views[1] is None:
+            return None
+        vl, vr = views[0], views[1]
+        s1 = self._dim_map(l1, sd, vl)
+        s2 = self._dim_map(l2, rd, vr)
+        if s1 is None or s2 is None:
+            return None
+
+        def pairs(a: list[int], b: list[int], ext: tuple[int, ...], m1: dict[int, int] | None, m2: dict[int, int] | None) -> list[tuple[int, int]] | None:
+            out = []
+            for i, j in zip(a, b, strict=True):
+                if ext[i] == 1:
+                    continue
+                if m1 is None or m2 is None:
+                    out.append((i, j))
+                elif i in m1 and j in m2:
+                    out.append((m1[i], m2[j]))
+                else:
+                    return None
+            return out
+
+        if len(dl) != len(rdl) or len(dc) != len(rdc) or len(bl) != len(rbl) or len(bc) != len(rbc):
+            return None
+        db, dcp = pairs(dl, rdl, sd, s1, s2), pairs(dc, rdc, sd, s1, s2)
+        bb, bcp = pairs(bl, rbl, vl, None, None), pairs(bc, rbc, vl, None, None)
+        if db is None or dcp is None or dcp != bcp or sorted(db) != sorted(bb or []):
+            return None
+        # Each non-unit dim of the rank's result: where it lands in the baseline's result.
+        dlfree = [d for d in range(len(sd)) if d not in dl and d not in dc]
+        drfree = [d for d in range(len(rd)) if d not in rdl and d not in rdc]
+        bb_all = list(zip(bl, rbl, strict=True))
+        land: list[int | None] = [bb_all.index((s1[i], s2[j])) if i in s1 and j in s2 and (s1[i], s2[j]) in bb_all else None for i, j in zip(dl, rdl, strict=True)]
+        land += [nb + lfree.index(s1[d]) if d in s1 and s1[d] in lfree else None for d in dlfree]
+        land += [nb + len(lfree) + rfree.index(s2[d]) if d in s2 and s2[d] in rfree else None for d in drfree]
+        out_d = dist.out[1]
+        out_b = base.out[1]
+        view_out = out_b if kind != "s" else scale(out_b, out_dim, self.c)
+        if view_out is None or len(land) != len(out_d):
+            return None
+        atoms, where = [], []
+        for d, e in enumerate(land):
+            if out_d[d] == 1:
+                continue
+            if e is None or view_out[e] != out_d[d]:
+                return None
+            atoms.append(out_d[d])
+            where.append(e)
+        order = sorted(range(len(where)), key=lambda i: where[i])
+        if sorted(where) != [e for e in range(len(view_out)) if view_out[e] != 1]:
+            return None
+        try:
+            new = Layout(tuple(out_d), tuple(view_out), tuple(atoms), tuple(order)) if atoms else Layout(tuple(out_d), tuple(view_out))
+        except ValueError:
+            return None
+        return self._key(new), (f"s:{out_dim}" if kind == "s" else kind)
+
+    def _dim_map(self, lkey: str, src: tuple[int, ...], dst: tuple[int, ...]) -> dict[int, int] | None:
+        """Dim d of src -> the dim of dst that layout lkey carries it onto whole, for every
+        non-unit d; None when the layout is another map (a dim split, merged or reordered)."""
+        layout = self._get(lkey, src)
+        if layout is None or layout.src != src or layout.dst != dst:
+            return None
+        atoms, perm = list(layout.atoms), list(layout.perm)
+        sruns = _runs(layout.src, atoms)
+        druns = _runs(layout.dst, [atoms[i] for i in perm])
+        if sruns is None or druns is None:
+            return None
+        found: dict[int, int] = {}
+        for d, (a0, a1) in enumerate(sruns):
+            if a1 == a0:
+                continue
+            hit = [e for e, (b0, b1) in enumerate(druns) if perm[b0:b1] == list(range(a0, a1))]
+            if len(hit) != 1:
+                return None
+            found[d] = hit[0]
+        return found
+
     def describe(self, lkey: str) -> list[str]:
         layout = self.layouts.get(lkey)
         return layout.ops() if layout else []
@@ -277,6 +398,11 @@ class LayoutSolver:
 def _perm(sig: Sig) -> list[int]:
     text = sig.attr("dimensions") or "[]"
     return [int(x) for x in text.strip("[]").split(",") if x.strip()]
+
+
+def _ints(text: str | None) -> list[int]:
+    """A dims attribute ("[0,2]", absent for none) as a list."""
+    return [int(x) for x in (text or "[]").strip("[]{} ").split(",") if x.strip()]
 
 
 def parse_key(key: str) -> Layout | None:

@@ -17,7 +17,7 @@ RANK_FAMILY = ("rank", "shifted", "below0", "abovew", "outside", "clamped", "vga
 
 def localize(spec: RelationSpec, g: Graphs, facts: Facts, outputs: list[dict[str, Any]], douts: list[Instruction], sm: SourceMap) -> list[dict[str, Any]]:
     dist_nodes = [n for n in g.nodes if n.side == "distributed"]
-    live = ancestors(g, [g.node("distributed", douts[o["index"]].name).gid for o in outputs if not o["ok"]])
+    live = _unproven_ancestors(g, facts, [g.node("distributed", douts[o["index"]].name).gid for o in outputs if not o["ok"]])
     out: list[dict[str, Any]] = []
     for n in dist_nodes:
         if n.gid not in live or related(facts, n.gid) or n.ins.opcode in ("parameter", "tuple"):
@@ -50,6 +50,23 @@ def localize(spec: RelationSpec, g: Graphs, facts: Facts, outputs: list[dict[str
         gid = g.node("distributed", d["instruction"].lstrip("%")).gid
         d["outputs"] = [o["index"] for o in outputs if not o["ok"] and gid in ancestors(g, [g.node("distributed", o["distributed"].lstrip("%")).gid])]
     return out
+
+
+def _unproven_ancestors(g: Graphs, facts: Facts, roots: list[int]) -> set[int]:
+    """The ancestors of the failing outputs reached through unrelated instructions only: a
+    related instruction on the way is proven already, so what feeds it alone is no cause of the
+    failure (its own unrelated ancestors, e.g. a rank-local value folded into a proven one, are
+    left out). The related instructions met are included: they are the frontier's operands."""
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if not related(facts, n):
+            stack.extend(g.nodes[n].operands)
+    return seen
 
 
 def _layout_only(facts: Facts, gid: int) -> bool:

@@ -31,6 +31,8 @@ group size ``c``, computed here once per distinct signature and loaded as TSV ta
 ``mergeblocks(k, d, e, spec, kp)`` reshape k merges a run of dims ending in d into dim e:
                              contiguous sharding along d becomes fused-block sharding of e with
                              block sizes spec (merged_blocks); kp is the per-rank reshape.
+``mergerun(k, d, e, spec, kp)``   the same for a merge that also carries the whole dims after d
+                             along (merged_run_blocks: GQA's repeated KV heads).
 ``splitblocks(k, e, spec, d, kp)`` the inverse: reshape k splits e (fused, spec) so that each
                              block becomes dim d; the sharding becomes contiguous along d.
 ``ubcast(L, K, kb, kd, K2)`` baseline broadcast kb and distributed broadcast kd of tensors related
@@ -43,6 +45,10 @@ group size ``c``, computed here once per distinct signature and loaded as TSV ta
 ``alltoalldim(k, s)``        k is an array all-to-all along dim s (split count c, the extent of
                              s divisible by c) over the sharding groups in order.
 ``cpshift(k, m)``           collective-permute k shifts every group's ring by m (ring_shift).
+``cpmirror(k)``              collective-permute k sends group[i] to group[c-1-i] in every group
+                             (rules/window.egg, the mirrored block).
+``revflips(k, d, kp)``       reverse k reverses dim d (divisible by c); kp its per-rank
+                             signature (rules/window.egg, reverse along the sharded dim).
 ``dotfree2(k, dl, dr, el, er, kp)`` dot k keeps lhs free dim dl as output dim el and rhs free
                              dim dr as er; kp has both blocked (rules/ring.egg, 2-D blocks).
 ``moves1x2(k, da, ea, db, eb, kp)`` unary k sends blocks along input dims da and db (at once)
@@ -285,6 +291,12 @@ class Tables:
             si, so = scale(src, d, c), scale(out, e, c)
             if si and so:
                 self.add("mergeblocks", k, d, e, ",".join(map(str, spec)), sig.with_dims([si], so).key())
+        # The same merge carrying whole dims after d along (GQA's repeated KV heads, a group's
+        # query heads): rules/partition.egg merge-run-blocks.
+        for d, e, spec in merged_run_blocks(src, out, c):
+            si, so = scale(src, d, c), scale(out, e, c)
+            if si and so:
+                self.add("mergerun", k, d, e, ",".join(map(str, spec)), sig.with_dims([si], so).key())
         # The inverse: the reshape splits a fused dim of m equal blocks back into (.., m, n).
         for d, e, spec in merged_blocks(out, src, c):
             si, so = scale(src, e, c), scale(out, d, c)
@@ -525,6 +537,8 @@ class Tables:
                 s = scale(out, d, c)
                 if s and d not in rev:
                     self.add("revmoves", k, d, sig.with_dims([s], s).key())
+                elif s:
+                    self.add("revflips", k, d, sig.with_dims([s], s).key())
             for o in ("add", "max", "min"):
                 self.add("lin1", k, o)  # a permutation of elements commutes with any reduction over ranks
             return
@@ -549,6 +563,8 @@ class Tables:
         targets = {t for _, t in pairs}
         if all(set(g) <= targets for g in groups) and len(targets) == len(pairs):
             self.add("permuteall", sig.key())
+        if groups and len(pairs) == sum(len(g) for g in groups) and {tuple(p) for p in pairs} == {(g[i], g[len(g) - 1 - i]) for g in groups for i in range(len(g))}:
+            self.add("cpmirror", sig.key())
         m = ring_shift(pairs, groups)
         if m is not None:
             self.add("cpshift", sig.key(), m)
@@ -652,6 +668,37 @@ def merged_blocks(src: Dims, out: Dims, c: int) -> list[tuple[int, int, tuple[in
             for e in range(len(out)):
                 if prod(src[:a]) == prod(out[:e]) and out[e] == m * n:
                     found.append((d, e, (n,) * m))
+    return found
+
+
+def merged_run_blocks(src: Dims, out: Dims, c: int) -> list[tuple[int, int, tuple[int, ...]]]:
+    """(d, e, spec) for each way the reshape src -> out merges dims a..d of src (a < d) together
+    with the leading factor T > 1 of the dims after d into one dim e (merged_blocks is T = 1).
+
+    With P = prod(src[d+1:]) and Q = prod(out[e+1:]) = P / T, and the elements before a and
+    before e in the same count, row-major index (i, j, u) of src (i the flat index over dims
+    a..d-1, j along d of extent n, u the flat index over the dims after d) lands at index
+    i·nT + j·T + floor(u/Q) of e and u mod Q after it. If rank r holds block r of c along d
+    (all of u), it holds the r-th piece of each of the m = prod(src[a:d]) blocks of size nT of
+    e: spec = (nT,) * m, rank r's merge being the same reshape of its block. GQA merges batch,
+    KV heads and their repeat dim ([s, b, g, h/g, hd] -> [s, b·h, hd], the repeat_interleave a
+    broadcast made), and a group's query heads ([s, b, g, (h/g)·hd] -> [s, b·h, hd])."""
+    found = []
+    for d in range(1, len(src)):
+        n, p = src[d], prod(src[d + 1 :])
+        if n % c or n < c:
+            continue
+        for a in range(d):
+            m = prod(src[a:d])
+            if m <= 1:
+                continue
+            for e in range(len(out)):
+                q = prod(out[e + 1 :])
+                if prod(src[:a]) != prod(out[:e]) or p % q or p == q:
+                    continue
+                t = p // q
+                if out[e] == m * n * t:
+                    found.append((d, e, (n * t,) * m))
     return found
 
 

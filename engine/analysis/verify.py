@@ -506,8 +506,8 @@ def _saturate(session: Session, g: Graphs, solver: LayoutSolver, budget: Budget)
         total = RunStats(total.iterations + stats.iterations, stats.saturated, total.seconds + stats.seconds, stats.exhausted, max(total.nodes, stats.nodes))
         if not stats.saturated:
             return total
-        wants = session.rows(["lwant-d", "lwant-b", "lwant-dot", "lwant-pair"])
-        answers: dict[str, list[tuple[object, ...]]] = {"lstep-d": [], "lstep-b": [], "ldot": [], "lpair": []}
+        wants = session.rows(["lwant-d", "lwant-b", "lwant-dot", "lwant-pair", "lwant-dot2"])
+        answers: dict[str, list[tuple[object, ...]]] = {"lstep-d": [], "lstep-b": [], "ldot": [], "lpair": [], "ldot2": []}
         fresh = False
         for table, side in (("lwant-d", "d"), ("lwant-b", "b")):
             for lkey, kind, k in wants[table]:
@@ -537,6 +537,15 @@ def _saturate(session: Session, g: Graphs, solver: LayoutSolver, budget: Budget)
             step = solver.pair_step(str(lkey), str(kind), sigs[str(kb)], sigs[str(kd)])
             if step is not None:
                 answers["lpair"].append((lkey, kind, kb, kd, *step))
+        for l1, k1, l2, k2, kb, kd in wants["lwant-dot2"]:  # rules/layout.egg: both dot operands laid out
+            tag = ("dot2", f"{l1}|{k1}", f"{l2}|{k2}", f"{kb}|{kd}")
+            if tag in answered:
+                continue
+            answered.add(tag)
+            fresh = True
+            step = solver.dot2_step(str(l1), str(k1), str(l2), str(k2), sigs[str(kb)], sigs[str(kd)])
+            if step is not None:
+                answers["ldot2"].append((l1, k1, l2, k2, kb, kd, *step))
         if not fresh:
             return total
         for table, rows in answers.items():

@@ -18,6 +18,9 @@
 - ``inconclusive`` with a frontier (the rules stopped at an opcode whose rules are partial:
   all-to-all, collective-permute, custom-call, ...): probed like ``diverged``; a confirmed
   difference makes it ``diverged`` (evidence in hand), otherwise it stays ``inconclusive``.
+- ``unsupported`` (an instruction without rules): the pair is executed as is; a confirmed
+  difference makes it ``diverged``, naming the unsupported instruction as where the rules
+  stopped; equal outputs, or a pair the witness cannot execute, keep ``unsupported``.
 - ``--witness always``: a verified pair is executed too; a difference is a soundness error of
   the tool (verdict ``error``), never a pass.
 """
@@ -153,7 +156,16 @@ def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict
     doc = relations_doc(spec)
     probes = []
     if result.verdict == DIVERGED or gap:
-        probes = [Probe(_probed(d)["instruction"].lstrip("%"), _counterpart(_probed(d)) or _collective_partner(result, _probed(d))) for d in result.divergences]
+        for d in result.divergences:
+            name, partner = _probed(d)["instruction"].lstrip("%"), _counterpart(_probed(d)) or _collective_partner(result, _probed(d))
+            cands, unknown = probe_relations(result, spec, name, partner)
+            if unknown:
+                # No relation the value is known to have: comparing under one guessed from
+                # the shapes (e.g. a merged (b·heads) dim read as plain sharded) would claim
+                # a difference that is only a different element order.
+                d["numeric_note"] = f"not checked: relation unknown ({unknown})"
+                continue
+            probes.append(Probe(name, partner, relations=cands))
     w: dict[str, Any] = {"status": "skipped", "reason": "", "seeds": [], "trials": 0, "seconds": 0.0, "command": command(paths, spec.path, options.seeds[0]), "outputs": []}
     result.witness = w
     try:
@@ -213,6 +225,17 @@ def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict
             _label(result, probes, confirmed=True)
             result.verdict = DIVERGED
             result.reason = f"{_stop(result)}; confirmed numerically: {w['reason']}"
+        elif result.verdict == UNSUPPORTED and result.unsupported:
+            # Evidence in hand, as for an inconclusive frontier: the outputs differ, whatever
+            # instruction the rules have none for. That instruction is where they stopped.
+            # The distributed program's own instruction first: it is the code under review.
+            u = next((x for x in result.unsupported if x.get("side") == "distributed"), result.unsupported[0])
+            stop = _unsupported_divergence(u, texts, [k for k, c in enumerate(report.outputs) if not c.allclose])
+            if u.get("side") == "distributed":
+                result.divergences = [stop]  # the bot reads a distributed name in the source map
+            result.verdict = DIVERGED
+            result.reason = (f"the rules stopped at the unsupported {u.get('side')} instruction {stop['instruction']} ({stop['opcode']}, {_where(stop)}): "
+                             f"{u.get('reason')}; confirmed numerically: {w['reason']}")
         elif result.verdict in (UNSUPPORTED, INCONCLUSIVE):
             result.reason += f" (the witness finds the outputs different: {w['reason']})"
         return result
@@ -230,6 +253,35 @@ def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict
     elif result.verdict in (UNSUPPORTED, INCONCLUSIVE):
         result.reason += f" ({equal})"
     return result
+
+
+def _unsupported_divergence(u: dict[str, Any], texts: dict[str, str], outputs: list[int]) -> dict[str, Any]:
+    """The unsupported instruction ``u`` (verify's entry: side, instruction, opcode, reason,
+    line) as a divergence entry: where the rules stopped in a pair the witness found different.
+    Its source is what the HLO metadata records (the run's source map is not at hand here)."""
+    from ..hlo.parser import parse_hlo
+    from ..sourcemap import Source, from_metadata
+
+    name = str(u.get("instruction", "")).lstrip("%")
+    source = Source("", 0, "", "its HLO metadata records no location")
+    shape, op_name = None, None
+    try:
+        module = parse_hlo(texts[str(u.get("side"))], str(u.get("side")))
+        found = [i for c in module.computations.values() for i in c.instructions if i.name == name]
+        # A piece the normalizer split off (``all-reduce.5.0``) is found by its text line.
+        found = found or [i for c in module.computations.values() for i in c.instructions if i.loc and i.loc.line == u.get("line")]
+        if found:
+            source, shape, op_name = from_metadata(found[0]), str(found[0].shape), found[0].metadata.op_name or None
+    except Exception as e:  # the text parsed before; a second parse must not lose the verdict
+        source = Source("", 0, "", f"its HLO text could not be read again: {type(e).__name__}")
+    return {
+        "instruction": f"%{name}", "opcode": u.get("opcode"), "shape": shape, "source": source.to_json(), "module": None,
+        "op_name": op_name, "hlo_line": u.get("line"), "side": u.get("side"),
+        "cause": f"unsupported: {u.get('reason')} (the rules stop here; the witness finds the outputs different)",
+        "baseline_counterpart": None, "operands": [], "hint": None,
+        # No numeric localization: an unsupported pair has no proven facts to seed a probe with.
+        "kind": "divergence", "numeric": None, "outputs": outputs,
+    }
 
 
 def _stop(result: Result) -> str:
@@ -345,8 +397,12 @@ def _confirm_segments(result: Result, spec: RelationSpec, texts: dict[str, str],
         inputs = _segment_relations(result, spec, d, b_ops, d_ops)
         if inputs is None:
             continue
+        cands, unknown = probe_relations(result, spec, name, cname)
+        if unknown:
+            d["numeric_note"] = f"not checked: relation unknown ({unknown})"
+            continue
         try:
-            out = call("pair.instruction_differs", b_text, d_text, {"groups": spec.groups, "inputs": inputs}, options)
+            out = call("pair.instruction_differs", b_text, d_text, {"groups": spec.groups, "inputs": inputs, "candidates": cands}, options)
         except MemoryBudgetError:
             continue
         except Exception as e:
@@ -372,3 +428,128 @@ def _confirm_segments(result: Result, spec: RelationSpec, texts: dict[str, str],
     order = {False: 0, None: 1, True: 2}
     result.divergences.sort(key=lambda x: order[x["numeric"]["holds"] if x.get("numeric") else None])
     return w["status"] == "unconfirmed"
+
+
+# Numeric localization compares a probe under a relation its value is known to have (or, for a
+# frontier instruction, would have if right): carried from its operands' proven relations, and
+# for a reshape/transpose tracked element by element. A shape guess alone is wrong where a
+# sharded dim is merged with an outer one (Megatron's (b, heads) -> b·heads: the merged dim is
+# sharded in blocks, one per batch entry), so such a probe is compared under the blocked relation
+# or not at all.
+_INDEX_LIMIT = 1 << 22  # elements of the index arrays a reshape is tracked with
+_MOVES = ("reshape", "transpose")
+_SAME = ("convert", "copy", "negate", "abs", "exponential", "log", "tanh", "logistic", "sqrt", "rsqrt", "add", "subtract", "multiply", "divide", "maximum", "minimum", "select", "compare", "power")
+
+
+def _entry_of(relation: str) -> dict[str, Any] | None:
+    """A proven relation as a witness entry (duplicate, sharded with its blocks, partial)."""
+    if relation == "duplicate":
+        return {"relation": "duplicate"}
+    if (m := _SHARDED.match(relation)) is not None:
+        e: dict[str, Any] = {"relation": "sharded", "dim": int(m.group(1))}
+        if m.group(2):
+            e["blocks"] = [int(x) for x in m.group(2).split(",") if x.strip()]
+        return e
+    if (m := _PARTIAL.match(relation)) is not None:
+        return {"relation": "partial", "op": m.group(1)}
+    return None
+
+
+def _plain(g: Any, facts: Any, o: int, b_operand: int | None = None) -> list[dict[str, Any]]:
+    """The witness entries of operand ``o``'s proven relations (to ``b_operand`` when given)."""
+    out = []
+    for f in facts.by_dist.get(o, []):
+        if f.baseline < 0:
+            continue
+        members = [m for m in facts.members.get(f.baseline, []) if g.nodes[m].side == "baseline"]
+        if not members or (b_operand is not None and b_operand not in members):
+            continue
+        e = _entry_of(f.relation)
+        if e is not None and e not in out:
+            out.append(e)
+    return out
+
+
+def _moved(x: Any, ins: Any, shape: tuple[int, ...]) -> Any:
+    if ins.opcode == "reshape":
+        return x.reshape(shape)
+    perm = ins.parsed.get("dimensions")
+    if not perm or sorted(perm) != list(range(x.ndim)):
+        raise ValueError("transpose without a permutation")
+    return x.transpose([int(p) for p in perm])
+
+
+def track_relation(entry: dict[str, Any], c: int, d_ins: Any, b_ins: Any, d_in: tuple[int, ...], b_in: tuple[int, ...]) -> dict[str, Any] | None:
+    """The relation of a reshape/transpose's result given its operand's (``entry``), found by
+    moving the baseline's element indices through both programs' op: the first of sharded along
+    the dim that differs c-fold in m equal blocks (m = 1: plain) whose rank pieces are exactly the
+    distributed indices; None when no such relation describes the result."""
+    import numpy as np
+
+    from ..witness.inputs import split
+
+    d_out, b_out = tuple(d_ins.shape.dims), tuple(b_ins.shape.dims)
+    size = 1
+    for s in b_in:
+        size *= s
+    if entry["relation"] in ("duplicate", "partial"):
+        # Both copies (or every rank's piece of the sum) moved alike: the relation carries.
+        same = d_in == b_in and d_out == b_out and d_ins.opcode == b_ins.opcode and d_ins.parsed.get("dimensions") == b_ins.parsed.get("dimensions")
+        return dict(entry) if same else None
+    if size > _INDEX_LIMIT:
+        return None
+    idx = np.arange(size).reshape(b_in)
+    try:
+        pieces = [_moved(p, d_ins, d_out) for p in split(idx, entry["dim"] % len(b_in), c, entry.get("blocks"), "probe")]
+        base = _moved(idx, b_ins, b_out)
+    except ValueError:
+        return None
+    if len(d_out) != len(b_out):
+        return None
+    diff = [k for k in range(len(b_out)) if b_out[k] != d_out[k]]
+    if len(diff) != 1 or b_out[diff[0]] != c * d_out[diff[0]]:
+        return None
+    k, n = diff[0], b_out[diff[0]]
+    for m in range(1, n + 1):
+        if n % m or (n // m) % c:
+            continue
+        blocks = [n // m] * m if m > 1 else None
+        if all(np.array_equal(a, b) for a, b in zip(split(base, k, c, blocks, "probe"), pieces, strict=True)):
+            return {"relation": "sharded", "dim": k, **({"blocks": blocks} if blocks else {})}
+    return None
+
+
+def probe_relations(result: Result, spec: RelationSpec, name: str, partner: str | None) -> tuple[list[dict[str, Any]], str]:
+    """(candidate relations for probing distributed ``name`` against baseline ``partner``, why
+    not: "" when it can be probed). An empty list lets the witness infer the candidates from the
+    shapes (duplicate, partial, sharded along the one dim that differs c-fold), which is right
+    only when every operand relates plainly (duplicate, unblocked sharded, partial)."""
+    if result.context is None or partner is None:
+        return [], ""  # the witness finds no counterpart to compare with either
+    g, facts = result.context
+    gid, bid = g.by_name.get(("distributed", name)), g.by_name.get(("baseline", partner))
+    if gid is None or bid is None:
+        return [], ""
+    n, b = g.nodes[gid], g.nodes[bid]
+    if n.ins.opcode in _COLLECTIVES:
+        return [], ""  # compared with the value its operand stands for (_collective_partner)
+    if n.ins.opcode in _MOVES and len(n.operands) == 1 and len(b.operands) == 1 and b.ins.opcode in _MOVES:
+        o, bo = n.operands[0], b.operands[0]
+        for e in _plain(g, facts, o, bo):
+            r = track_relation(e, spec.c, n.ins, b.ins, tuple(g.nodes[o].ins.shape.dims), tuple(g.nodes[bo].ins.shape.dims))
+            if r is not None:
+                return [r], ""
+        return [], f"no proven relation of operand %{g.nodes[o].ins.name} carries through this {n.ins.opcode} to one the witness can compare under"
+    rels = [_plain(g, facts, o) for o in n.operands]
+    if all(rs and all("blocks" not in e for e in rs) for rs in rels):
+        return [], ""
+    blocked = [e for rs in rels for e in rs if "blocks" in e]
+    if n.ins.opcode in _SAME and blocked and all(tuple(g.nodes[o].ins.shape.dims) == tuple(n.ins.shape.dims) for o in n.operands):
+        return [blocked[0]], ""  # elementwise: the blocked sharding carries
+    bad = next(o for o, rs in zip(n.operands, rels, strict=True) if not rs or any("blocks" in e for e in rs))
+    return [], f"operand %{g.nodes[bad].ins.name} is {_facts_text(facts, bad)}, which the witness cannot carry through this {n.ins.opcode}"
+
+
+def _facts_text(facts: Any, o: int) -> str:
+    fs = [f.relation for f in facts.by_dist.get(o, [])]
+    return ", ".join(fs[:2]) or "no relation"

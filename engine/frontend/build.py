@@ -322,7 +322,12 @@ def _trace(program: Any, inputs: dict[str, Any], where: str, root: Path, exclude
     capture.reset_collective_token()
     params: dict[str, Any] = {}
     modules: set[str] = set()
-    args = tuple(inputs.values())
+    # The program gets clones, never the placeholders themselves: code may change its inputs in
+    # place (Megatron's cross entropy does ``logits -= max``; ``.float()`` of an f32 tensor is
+    # the tensor itself), and an in-place op rebinds a lazy tensor to the new value, so the
+    # placeholder would no longer name its ``parameter(N)`` and the input would be lost. A
+    # clone of a lazy tensor adds no instruction; the placeholder keeps naming the parameter.
+    args = tuple(tensor.clone() for tensor in inputs.values())
     path: list[str] = []
     sites: list[capture.Site] = []
     if isinstance(program, nn.Module):
@@ -336,8 +341,12 @@ def _trace(program: Any, inputs: dict[str, Any], where: str, root: Path, exclude
                 ph.requires_grad_(True)
             params[name] = ph
         modules = {name for name, _ in program.named_modules() if name}
+        # Buffers (and integer parameters) may be updated in place too (running statistics):
+        # clones, as for the inputs. A weight that requires grad stays the placeholder itself, so
+        # that autograd differentiates with respect to it (torch refuses in-place ops on it).
+        state_args = {name: ph if ph.requires_grad else ph.clone() for name, ph in params.items()}
         with _module_scopes(program, path), _autograd_sites(path, sites), _unchained_tokens():
-            out = torch.func.functional_call(program, params, args)
+            out = torch.func.functional_call(program, state_args, args)
     elif callable(program):
         with _autograd_sites(path, sites), _unchained_tokens():
             out = program(*args)
@@ -617,4 +626,15 @@ def _describe_parameter(side: Side, number: int) -> str:
     frames = side.captured.sourcemap["instructions"].get(name, {}).get("frames", [])
     where = f" created at {frames[0]['file']}:{frames[0]['line']}" if frames else ""
     dtype, dims = side.captured.parameter_shapes[number]
+    # A declared tensor the program changed in place no longer names its parameter (the lazy
+    # tensor now holds the new value), so the parameter looks undeclared: a declared input,
+    # weight or buffer of the same type that names no parameter is that case, not a stray upload.
+    changed = [
+        f"{kind} {name!r}"
+        for kind, tensors in (("input", side.inputs), ("parameter", side.params))
+        for name, tensor in tensors.items()
+        if _number(side, tensor) is None and _type_name(tensor.dtype) == dtype and tuple(tensor.shape) == dims
+    ]
+    if changed:
+        return f"{_shape_text(dtype, dims)}{where} (probably {' or '.join(changed[:3])}, changed in place by the program, e.g. by an in-place op under torch.no_grad(): apply the op to a copy, x = x.clone())"
     return f"{_shape_text(dtype, dims)}{where} (a tensor moved to the device inside forward? create constants from Python numbers or torch.arange instead)"

@@ -197,6 +197,8 @@ class _Flattener:
             done = self.bitcast(ins)
             if done is not None:
                 return done
+        if op == "reduce" and len(ins.operands) == 2:
+            ins = self.untree(ins)
         if self.partition_flavour and (op in GROUPED or op in CHANNELED):
             ins = self.partition_groups(ins)
         if self.in_loop and ins.shape.dims == () and ins.shape.dtype in INT_BITS and op not in ("constant", "parameter"):
@@ -258,6 +260,62 @@ class _Flattener:
         t2 = replace(ins, opcode="transpose", operands=[r.name], parsed={"dimensions": inv}, attrs={"dimensions": "{" + ",".join(map(str, inv)) + "}"}, is_root=False)
         self.emit(t2)
         return t2.name
+
+    def untree(self, r: Instruction) -> Instruction:
+        """XLA:CPU's tree-reduction rewrite undone: ``reduce(reduce-window(x, i0), i1)`` over
+        dims D, where the window tiles each dim of D (size = stride, extent divisible, no
+        padding or dilation) and is 1 along every other dim, with one reducer on both, is
+        ``reduce(x, i1)`` over D. Law: XLA's reduce takes an associative, commutative reducer
+        and leaves the order of its applications to the implementation; the rewrite (which
+        compiled text prints for rows longer than its window) only groups the elements of each
+        row into windows. max / min: exact for every dtype (idempotent, so it holds for any
+        i0 = i1). add: i0 must be the literal 0 (added once per window); exact for integers (wrap
+        is associative), for floats a reordering of the same sum, the one XLA's reduce allows
+        (rounding as for any reduction order; a zero sum's sign may differ)."""
+        w = self.by.get(r.operands[0])
+        if w is None or w.opcode != "reduce-window" or len(w.operands) != 2:
+            return r
+        from .normalize import classify_reducer  # (normalize imports this module)
+
+        def reducer(ins: Instruction) -> str | None:
+            callee = ins.parsed.get("to_apply")
+            comp = self.m.computations.get(callee) if isinstance(callee, str) else None
+            return classify_reducer(comp) if comp is not None else None
+
+        def literal(name: str) -> str | None:
+            c = self.by.get(name)
+            return c.literal if c is not None and c.opcode == "constant" and c.shape.dims == () else None
+
+        kind = reducer(r)
+        x = self.by.get(w.operands[0])
+        if kind is None or kind != reducer(w) or kind not in ("add", "max", "min") or x is None or x.shape.is_tuple:
+            return r
+        i0, i1 = literal(w.operands[1]), literal(r.operands[1])
+        if i0 is None or (i0 != i1 if kind != "add" else i0.strip() not in ("0", "0.0")):
+            return r
+        window = w.parsed.get("window")
+        dims = r.parsed.get("dimensions")
+        if not isinstance(window, dict) or not isinstance(dims, list) or set(window) - {"size", "stride", "pad", "lhs_dilate", "rhs_dilate"}:
+            return r
+        n = x.shape.rank
+        fields = {str(k): str(v).split("x") for k, v in window.items()}
+        if any(len(v) != n for v in fields.values()) or len(w.shape.dims) != n:
+            return r
+        plain = {"pad": "0_0", "lhs_dilate": "1", "rhs_dilate": "1"}
+        if any(v[d] != plain[k] for k, v in fields.items() if k in plain for d in range(n)):
+            return r
+        size, stride = fields.get("size"), fields.get("stride", ["1"] * n)
+        if size is None or x.shape.dtype != w.shape.dtype:
+            return r
+        for d in range(n):
+            try:
+                s, st = int(size[d]), int(stride[d])
+            except ValueError:
+                return r
+            whole = s == st and x.shape.dims[d] == w.shape.dims[d] * s
+            if not (whole if d in dims else s == st == 1 and x.shape.dims[d] == w.shape.dims[d]):
+                return r
+        return replace(r, operands=[x.name, r.operands[1]])
 
     def device_id(self, ins: Instruction) -> str:
         op = ins.opcode  # (a walrus inside the conditional left `op` unbound in the replica flavour)

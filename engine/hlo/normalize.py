@@ -11,6 +11,8 @@ and why:
   (``tuple_all_to_all``).
 - ``fold_noops``: drop converts to the same type, copies, identity transposes/reshapes/broadcasts, and
   collapse reshape∘reshape and transpose∘transpose chains (row-major reshapes compose exactly).
+- ``unit_group_collectives``: a collective whose every replica group has one member is its
+  operand (see the function).
 - ``dce``: keep only instructions the root depends on.
 - ``unmerge_batch_dots``: a batched dot over merged leading dims becomes a dot with two batch
   dims and a reshape (see the function).
@@ -189,6 +191,49 @@ def split_tuples(comp: Computation) -> Computation:
         out.append(ins)
     _rewire(out, alias)
     return Computation(comp.name, out, comp.is_entry, comp.loc)
+
+
+# Collectives that, over a group of one device, return their one operand unchanged.
+UNIT_GROUP_IDENTITIES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")
+
+
+def unit_group_collectives(comp: Computation) -> Computation:
+    """An all-reduce / all-gather / reduce-scatter / all-to-all whose replica groups all have
+    exactly one member is its operand. A reduction over one participant returns that
+    participant's value without applying the reducer (so for every reducer, even a
+    ``subtract`` or a non-associative body), a gather or a scatter of one piece is the piece,
+    an exchange with oneself keeps every element: exact for every dtype (no arithmetic, no
+    rounding, NaN kept). Megatron's unguarded ``torch.distributed.all_reduce`` in a degree-1
+    baseline is such a collective; left in place, it would make the baseline unsupported.
+
+    Only the plain (synchronous, single-operand, array) forms whose result has the operand's
+    type. Not for an empty group list (``replica_groups={}`` means one group of all devices),
+    and not for the ``<op>.cross-replica`` forms hlo.flavours leaves when the groups' mode is
+    unknown: those keep their opcode and are reported as before. flatten already turned a
+    cross-replica-and-partition ``{{0}}`` into the group of all partitions, so a one-member group
+    seen here names one device."""
+    comp = _clone(comp)
+    by = {i.name: i for i in comp.instructions}
+    alias: dict[str, str] = {}
+    for ins in comp.instructions:
+        if ins.opcode not in UNIT_GROUP_IDENTITIES or len(ins.operands) != 1 or ins.shape.is_tuple:
+            continue
+        groups = ins.parsed.get("replica_groups") or []
+        src = by.get(ins.operands[0])
+        if not groups or any(len(g) != 1 for g in groups) or src is None or src.shape.is_tuple or not _same_type(src.shape, ins.shape):
+            continue
+        alias[ins.name] = src.name
+    if not alias:
+        return comp
+    _rewire(comp.instructions, alias)
+    for ins in comp.instructions:
+        if ins.is_root and ins.name in alias:
+            target = ins.name
+            while target in alias:
+                target = alias[target]
+            ins.is_root = False
+            by[target].is_root = True
+    return Computation(comp.name, [i for i in comp.instructions if i.name not in alias], comp.is_entry, comp.loc)
 
 
 def _whole_again(cat: Instruction, by: dict[str, Instruction]) -> str | None:
@@ -490,7 +535,7 @@ def normalize(module: Module, tokens: frozenset[str] = frozenset()) -> Module:
     module.computations[module.entry_name] = Computation(entry.name, [_copy(i) for i in entry.instructions], entry.is_entry, entry.loc)
     classify_reducers(module)
     entry = strip_tokens(module.entry, tokens)
-    for step in (split_tuples, fold_noops, unit_dim_broadcasts, unmerge_batch_dots, fold_noops, dce):
+    for step in (split_tuples, unit_group_collectives, fold_noops, unit_dim_broadcasts, unmerge_batch_dots, fold_noops, dce):
         entry = step(entry)
     module.computations[module.entry_name] = entry
     return module

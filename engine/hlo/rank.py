@@ -196,6 +196,20 @@ def _affine(seq: list[int]) -> tuple[int, int] | None:
     return (a, b) if all(v == a * r + b for r, v in enumerate(seq)) else None
 
 
+def _rotated(seq: list[int]) -> tuple[int, int] | None:
+    """(w, k) when seq[r] == w·((r + k) mod c) for every r, w >= 1 and 0 < k < c: the start of
+    block (r + k) mod c of blocks of w (a ring step's chunk offset), which is not affine in r."""
+    c = len(seq)
+    zeros = [r for r, v in enumerate(seq) if v == 0]
+    if c < 2 or len(zeros) != 1 or zeros[0] == 0:
+        return None
+    k = c - zeros[0]
+    w = seq[(zeros[0] + 1) % c]
+    if w < 1 or any(v != w * ((r + k) % c) for r, v in enumerate(seq)):
+        return None
+    return w, k
+
+
 def bind_device_ids(module: Module, groups: list[list[int]]) -> set[str]:
     """Rewrite the entry computation in place (it is normalize()'s private copy): every scalar
     integer value computed from the device-id parameters alone that equals ``a·r + b`` on rank r
@@ -227,6 +241,7 @@ def bind_device_ids(module: Module, groups: list[list[int]]) -> set[str]:
         for o in ins.operands:
             users.setdefault(o, []).append(ins)
     replace_with: dict[str, tuple[int, int]] = {}
+    rotated: dict[str, tuple[int, int]] = {}
     for name, vals in computable.items():
         # Only the outermost computable values: an inner one feeds only computable ones.
         if by[name].is_root or any(u.name not in computable for u in users.get(name, [])):
@@ -241,6 +256,11 @@ def bind_device_ids(module: Module, groups: list[list[int]]) -> set[str]:
             ab = _affine([v for v in per_rank if v is not None]) if consistent and None not in per_rank else None
             if ab is not None:
                 replace_with[name] = ab
+            elif consistent and None not in per_rank:
+                wk = _rotated([v for v in per_rank if v is not None])
+                if wk is not None:
+                    rotated[name] = wk
+                    replace_with[name] = (1, 0)  # spelled from the rank below, as (r + k) rem c times w
     if not replace_with:
         return set()
     next_param = 1 + max((i.parameter_number or 0) for i in comp.instructions if i.opcode == "parameter")
@@ -272,9 +292,14 @@ def bind_device_ids(module: Module, groups: list[list[int]]) -> set[str]:
         steps: list[tuple[str, str, int]] = []
         if rdt != dt:
             steps.append(("convert", "", 0))
-        if abs(a) != 1:
+        if ins.name in rotated:
+            # r + k lies in [k, c + k), non-negative: the machine's truncating remainder by c is
+            # the mod; every intermediate is at most 2c - 2 or the value itself (it fits dt).
+            w, k = rotated[ins.name]
+            steps += [("add", "b", k), ("remainder", "c", c)] + ([("multiply", "a", w)] if w != 1 else [])
+        elif abs(a) != 1:
             steps.append(("multiply", "a", abs(a)))
-        if b != 0 or a < 0:
+        if ins.name not in rotated and (b != 0 or a < 0):
             steps.append(("subtract" if a < 0 else "add", "b", b))
         if not steps and not ins.is_root:
             alias[ins.name] = x  # the value is the rank itself: its users read the rank parameter

@@ -541,7 +541,8 @@ def instruction_differs(baseline_hlo: str, distributed_hlo: str, relations: dict
     else:
         always = options.flatten == "always"
         base, dist = runtime.read(flat.executable(baseline_hlo, always)), runtime.read(flat.executable(distributed_hlo, always))
-    probe = Probe("segment", "segment")
+    # The relation(s) the caller knows the instruction's value has (empty: inferred from the shapes).
+    probe = Probe("segment", "segment", relations=list(relations.get("candidates") or []))
     trials = 0
     for seed in options.seeds:
         base_args, dist_args = make_inputs(base, dist, relations, groups, seed)

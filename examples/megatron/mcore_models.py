@@ -20,6 +20,7 @@ from megatron.core.tensor_parallel import (
     ColumnParallelLinear,
     RowParallelLinear,
     VocabParallelEmbedding,
+    vocab_parallel_cross_entropy,
 )
 from megatron.core.tensor_parallel.mappings import all_to_all_sp2hp
 
@@ -182,6 +183,8 @@ def _transformer_config(tp: int, normalization: str, n: dict[str, int]) -> Any:
         hidden_size=n["hidden"],
         ffn_hidden_size=n["ffn"],
         num_attention_heads=n["heads"],
+        # None (the default) is one KV head per query head; fewer is grouped-query attention.
+        num_query_groups=n.get("num_query_groups"),
         tensor_model_parallel_size=tp,
         normalization=normalization,
         use_cpu_initialization=True,
@@ -206,8 +209,10 @@ LAYER_PLAN = {
 
 
 def transformer_layer(ctx: BuildContext) -> Model:
-    """TransformerLayer (local spec); ``size.norm``: RMSNorm or LayerNorm."""
-    n = {**_sizes(ctx), "heads": ctx.knob("heads", 4)}
+    """TransformerLayer (local spec); ``size.norm``: RMSNorm or LayerNorm; ``size.num_query_groups``:
+    KV heads for grouped-query attention (default: one per query head)."""
+    heads = ctx.knob("heads", 4)
+    n = {**_sizes(ctx), "heads": heads, "num_query_groups": ctx.knob("num_query_groups", heads)}
     norm = ctx.knob("norm", "RMSNorm")
     baseline = Layer(1, norm, n)
 
@@ -258,4 +263,41 @@ def gpt(ctx: BuildContext) -> Model:
             "gpt.embedding.word_embeddings.weight": {"shard": 0},
             "gpt.output_layer": "colwise",
         },
+    )
+
+
+class CrossEntropy(torch.nn.Module):
+    """megatron-core's vocab_parallel_cross_entropy on logits sharded along the vocab (last) dim.
+
+    At degree 1 (the baseline) the same Megatron function runs over the whole vocabulary; the
+    loss is per token, (s, b), as Megatron returns it.
+    """
+
+    def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        # Megatron subtracts the max in place into its argument (in training, the output
+        # layer's fresh result); a copy keeps the program's input itself unwritten.
+        return vocab_parallel_cross_entropy(logits.clone(), target)
+
+
+def cross_entropy(ctx: BuildContext) -> Model:
+    """Vocab-parallel cross entropy: the baseline is torch's cross entropy over the whole vocab."""
+    n = _sizes(ctx)
+    parallel(1)
+
+    def baseline(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        v = logits.shape[-1]
+        return F.cross_entropy(logits.reshape(-1, v).float(), target.reshape(-1), reduction="none").reshape(target.shape)
+
+    def distributed(rank: int) -> Any:
+        bugs.apply(ctx.variant, rank)
+        parallel(ctx.tp)
+        return CrossEntropy()
+
+    return Model(
+        baseline=baseline,
+        distributed=distributed,
+        inputs=[
+            Input("logits", (n["seq"], n["batch"], n["vocab"]), shard=2),
+            Input("target", (n["seq"], n["batch"]), "int64", int_range=(0, n["vocab"])),
+        ],
     )

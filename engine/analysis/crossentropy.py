@@ -1,0 +1,60 @@
+"""Shape tables of rules/crossentropy.egg (vocab-parallel cross entropy, Megatron's form).
+
+Each table row is a fact about one signature, written only for the exact shapes the laws are
+stated for (anything else gets no row, so a rule cannot fire on it):
+
+``xpickg(k, n, w)``   distributed gather k picks one element per row: operand [n, w], indices
+                      [n, 1, 2] (index_vector_dim 2, start_index_map {0, 1}, both dims
+                      collapsed, slice sizes {1, 1}, no offset dims), result [n, 1]; row i of
+                      the result is operand[idx[i, 0, 0], idx[i, 0, 1]]
+``xcat2(k)``          concatenate k of two operands of shape [n, 1, 1] along dim 2 (-> [n, 1, 2])
+``xsqz(k, d)``        reshape k to a 1-D [v] of an operand whose dims are all 1 but d (extent v)
+``xcolbc(k)``         broadcast k of a 1-D [v] into [n, v] along dim 1 (dimensions={1})
+``xrowbc(k)``         broadcast k of a 1-D [n] into [n, v] along dim 0 (dimensions={0})
+``xrowsum(k, v)``     reduce k with the reducer add over dim 1 of [n, v] to [n]
+"""
+
+from __future__ import annotations
+
+from ..ir import Instruction, Shape
+from .signature import Sig
+
+XENT_TABLES = ("xpickg", "xcat2", "xsqz", "xcolbc", "xrowbc", "xrowsum")
+
+
+def xent_rows(rows: dict[str, list[tuple[object, ...]]], side: str, sig: Sig, ins: Instruction, opnd: list[Shape]) -> None:
+    key = sig.key()
+    op, out = ins.opcode, tuple(ins.shape.dims)
+    p = ins.parsed
+    if ins.shape.is_tuple:
+        return
+    if op == "gather" and side == "distributed" and len(opnd) == 2:
+        src, idx = tuple(opnd[0].dims), tuple(opnd[1].dims)
+        if (len(src) == 2 and len(idx) == 3 and idx[1:] == (1, 2) and out == (idx[0], 1)
+                and p.get("index_vector_dim") == 2
+                and list(p.get("start_index_map", [])) == [0, 1]
+                and list(p.get("collapsed_slice_dims", [])) == [0, 1]
+                and list(p.get("slice_sizes", [])) == [1, 1]
+                and list(p.get("offset_dims", [])) == []
+                and not p.get("operand_batching_dims") and not p.get("start_indices_batching_dims")
+                and src[0] == idx[0]):
+            rows["xpickg"].append((key, src[0], src[1]))
+    elif op == "concatenate" and len(opnd) == 2:
+        a, b = tuple(opnd[0].dims), tuple(opnd[1].dims)
+        if len(a) == 3 and a == b and a[1:] == (1, 1) and list(p.get("dimensions", [])) == [2] and out == (a[0], 1, 2):
+            rows["xcat2"].append((key,))
+    elif op == "reshape" and len(opnd) == 1 and len(out) == 1:
+        src = tuple(opnd[0].dims)
+        big = [d for d, n in enumerate(src) if n != 1]
+        if len(big) == 1 and src[big[0]] == out[0]:
+            rows["xsqz"].append((key, big[0]))
+    elif op == "broadcast" and len(opnd) == 1 and len(opnd[0].dims) == 1 and len(out) == 2:
+        dims = list(p.get("dimensions", []))
+        n = opnd[0].dims[0]
+        if dims == [1] and out[1] == n:
+            rows["xcolbc"].append((key,))
+        elif dims == [0] and out[0] == n:
+            rows["xrowbc"].append((key,))
+    elif (op == "reduce" and len(opnd) == 2 and len(opnd[0].dims) == 2 and list(p.get("dimensions", [])) == [1]
+          and p.get("reducer") == "add" and out == (opnd[0].dims[0],) and opnd[1].dims == ()):
+        rows["xrowsum"].append((key, opnd[0].dims[1]))

@@ -1,0 +1,84 @@
+"""rules/crossentropy.egg: Megatron's vocab-parallel cross entropy against torch's cross entropy.
+
+The pair is real torch-xla HLO (tests/adversarial/pairs/c_megatron_cross_entropy, generated from
+tests/adversarial/torch_pairs.py): logits f32[8, 32] sharded along the vocab over 4 ranks, targets
+s32[8] in [0, 32). The baseline's nll_loss is torch-xla's one-hot form. The correct pair verifies
+and XLA's CPU runtime finds every output equal; each bug variant (a real change of value, made
+in the distributed HLO) is diverged with the witness confirming it, never verified.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shardproof.engine.analysis.check import check_files
+from shardproof.engine.analysis.verify import DIVERGED, VERIFIED
+from shardproof.engine.relations import load_relations
+
+PAIR = Path(__file__).resolve().parent / "adversarial" / "pairs" / "c_megatron_cross_entropy"
+
+# (what the variant breaks, the text in the distributed HLO, its replacement)
+BUGS = {
+    # vocab_start_index = 7·r: blocks overlap and miss ids; the rank picks the wrong column
+    "wrong_offset": ("%constant.5 = s32[] constant(8)", "%constant.5 = s32[] constant(7)"),
+    # each rank shifts by its own max: the all-reduce(max) of logits_max is gone
+    "missing_max_all_reduce": (
+        "%all-reduce.77 = f32[8]{0} all-reduce(f32[8]{0} %reduce.42), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=%MaxComputation.73",
+        "%all-reduce.77 = f32[8]{0} copy(f32[8]{0} %reduce.42)",
+    ),
+    # the predicted logit stays on the rank that holds the target
+    "missing_predicted_all_reduce": (
+        "%all-reduce.102 = f32[8]{0} all-reduce(f32[8]{0} %select.97), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=%AddComputation.98",
+        "%all-reduce.102 = f32[8]{0} copy(f32[8]{0} %select.97)",
+    ),
+    # the sum of exponentials stays per rank
+    "missing_sum_exp_all_reduce": (
+        "%all-reduce.115 = f32[8]{0} all-reduce(f32[8]{0} %reduce.110), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=%AddComputation.111",
+        "%all-reduce.115 = f32[8]{0} copy(f32[8]{0} %reduce.110)",
+    ),
+}
+
+
+def _check(tmp_path: Path, dist: str, relations: str | None = None, witness: str = "always") -> object:
+    (tmp_path / "distributed.hlo").write_text(dist)
+    (tmp_path / "relations.yaml").write_text(relations if relations is not None else (PAIR / "relations.yaml").read_text())
+    return check_files(load_relations(tmp_path / "relations.yaml"), PAIR / "baseline.hlo", tmp_path / "distributed.hlo", witness=witness)
+
+
+def test_megatron_cross_entropy_verifies(tmp_path: Path) -> None:
+    r = _check(tmp_path, (PAIR / "distributed.hlo").read_text())
+    assert r.verdict == VERIFIED, r.reason
+    assert r.witness is not None and r.witness["status"] == "equal", r.witness
+    # the output's duplicate is this law's (no other rule proves the pair: it was unproven)
+    assert "crossentropy/vocab-parallel-cross-entropy" in str(r.to_json()["trace"])
+
+
+@pytest.mark.parametrize("bug", sorted(BUGS))
+def test_cross_entropy_bug_diverges(tmp_path: Path, bug: str) -> None:
+    old, new = BUGS[bug]
+    text = (PAIR / "distributed.hlo").read_text()
+    assert text.count(old) == 1, bug
+    r = _check(tmp_path, text.replace(old, new), witness="auto")
+    assert r.verdict == DIVERGED, (bug, r.verdict, r.reason)
+    assert r.witness is not None and r.witness["status"] == "confirmed", r.witness
+
+
+def test_ignore_index_needs_the_target_range(tmp_path: Path) -> None:
+    # With targets that may be negative (ignore_index -100 among them), the baseline gives 0 on
+    # such rows and Megatron log(sum exp): the `t != -100` guard is no longer true by range, and
+    # no rank's mask is false. The pair must not verify.
+    rel = (PAIR / "relations.yaml").read_text().replace("int_range: [0, 32]", "int_range: [-100, 32]")
+    assert "[-100, 32]" in rel
+    r = _check(tmp_path, (PAIR / "distributed.hlo").read_text(), rel, witness="auto")
+    assert r.verdict != VERIFIED, r.reason
+    assert r.witness is not None and r.witness["status"] == "confirmed", r.witness
+
+
+def test_predicted_logit_unmasked_diverges() -> None:
+    # The stored bug pair: the picked logit is not zeroed on ranks that do not hold the target.
+    bug = PAIR.parent / "b_ce_predicted_unmasked"
+    r = check_files(load_relations(bug / "relations.yaml"), bug / "baseline.hlo", bug / "distributed.hlo")
+    assert r.verdict == DIVERGED, r.reason
+    assert r.witness is not None and r.witness["status"] == "confirmed", r.witness
