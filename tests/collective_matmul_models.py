@@ -33,7 +33,7 @@ def _perm(c: int, step: int) -> list[tuple[int, int]]:
 
 
 def ring_allreduce_bw(ctx: JaxContext) -> JaxModel:
-    n, d, c = ctx.knob("rows", 16), ctx.knob("hidden", 8), ctx.knob("tp", 4)
+    n, d, c, dt = ctx.knob("rows", 16), ctx.knob("hidden", 8), ctx.knob("tp", 4), ctx.knob("dtype", "float32")
     w = d // c
     mesh = ctx.mesh({"tp": c})
     bug = ctx.variant
@@ -58,8 +58,8 @@ def ring_allreduce_bw(ctx: JaxContext) -> JaxModel:
         return buf
 
     dist = shard_map(per_device, mesh=mesh, in_specs=(P("tp", None),), out_specs=P(), check_vma=False)
-    return JaxModel(base, dist, mesh, [JaxInput("x", (n, d), spec=("tp", None))],
-                    description=f"bandwidth-optimal ring all-reduce (reduce-scatter + all-gather), {c} ranks")
+    return JaxModel(base, dist, mesh, [JaxInput("x", (n, d), dtype=dt, spec=("tp", None))],
+                    description=f"bandwidth-optimal ring all-reduce (reduce-scatter + all-gather), {c} ranks, {dt}")
 
 
 def ring_allreduce_roll(ctx: JaxContext) -> JaxModel:

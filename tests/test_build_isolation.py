@@ -47,7 +47,9 @@ def entry(report: tuple[dict[str, Any], Path], name: str) -> dict[str, Any]:
 )
 def test_each_failure_is_a_clear_build_failed_result(report: tuple[dict[str, Any], Path], name: str, first_line: str) -> None:
     model = entry(report, name)
-    assert model["status"] == "build-failed"
+    # An entry or declaration the config gets wrong is bad input (exit 3), located at its line;
+    # an exception, a crash or a cap of the model's own code is build-failed (exit 2).
+    assert model["status"] == ("bad-input" if ".shardproof.yml:" in first_line else "build-failed")
     assert "result" not in model
     assert model["build"]["error"].splitlines()[0].startswith(first_line), model["build"]["error"]
 
@@ -103,18 +105,18 @@ def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "shardproof.engine.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
 
-def test_cli_run_prints_a_table_and_exits_2_on_a_failed_build(tmp_path: Path) -> None:
+def test_cli_run_prints_a_table_and_exits_3_on_a_bad_entry(tmp_path: Path) -> None:
     proc = _cli("run", "--config", str(CONFIG), "--models", "broken_entry,good,bug", "--out", str(tmp_path), "--json", str(tmp_path / "copy.json"))
-    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.returncode == 3, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].split() == ["model", "verdict", "expected", "layers", "time", "first", "divergence"]
     rows = {line.split()[0]: line for line in lines[1:4]}
-    assert rows["broken_entry"].split()[1] == "build-failed" and "models[2].entry: cannot import" in rows["broken_entry"]
+    assert rows["broken_entry"].split()[1] == "bad-input" and "models[2].entry: cannot import" in rows["broken_entry"]
     assert rows["good"].split()[1:3] == ["verified", "yes"]
     # The first divergence's line, then what the numeric witness made of it (a real bug: confirmed).
     assert rows["bug"].split()[1:3] == ["diverged", "yes"] and rows["bug"].endswith("tests/frontend_project/models.py:29  [witness confirmed]")
     assert "[witness" not in rows["good"]  # a verified model is not executed (witness: auto)
-    assert "3 model(s): 1 build-failed, 1 diverged, 1 verified; 2 as expected; NOT as expected: broken_entry" in proc.stdout
+    assert "3 model(s): 1 bad-input, 1 diverged, 1 verified; 2 as expected; NOT as expected: broken_entry" in proc.stdout
     doc = json.loads((tmp_path / "result.json").read_text())
     assert json.loads((tmp_path / "copy.json").read_text()) == doc
     assert doc["config"] == "tests/frontend_project/.shardproof.yml"

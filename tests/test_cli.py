@@ -145,3 +145,58 @@ def test_exhausted_node_budget_is_inconclusive_naming_the_budget(capsys: pytest.
     code, stdout, _ = run(capsys, "check", str(d / "baseline.hlo"), str(d / "distributed.hlo"), "--relations", str(d / "relations.yaml"), "--max-nodes", "200")
     assert code == 2
     assert stdout.startswith("inconclusive:") and "budget exhausted in layer(s) 0" in stdout and "node budget (max_nodes=200)" in stdout
+
+
+def test_missing_close_paren_says_what_was_expected_where(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.hlo"
+    text = (HERE / "mlp_distributed.hlo").read_text().replace("dot(%x, %w1), lhs_contracting_dims", "dot(%x, %w1, lhs_contracting_dims")
+    assert text != (HERE / "mlp_distributed.hlo").read_text()
+    bad.write_text(text)
+    code, _, err = run(capsys, "check", str(HERE / "mlp_baseline.hlo"), str(bad), "--relations", str(HERE / "mlp_relations.yaml"))
+    assert code == 3
+    lineno, line = next((i, line) for i, line in enumerate(text.splitlines(), 1) if "%w1, lhs" in line)
+    assert f"bad.hlo:{lineno}:{line.index('lhs_contracting_dims') + 1}: expected ')' closing the operands of %h before attribute 'lhs_contracting_dims'" in err, err
+    assert "is not defined" not in err
+
+
+_ENTRIES = '''
+import jax.numpy as jnp
+from shardproof.engine.frontend.jax.declare import JaxInput, JaxModel
+
+
+def raises(ctx):
+    raise RuntimeError("boom from user code")
+
+
+def bad_return(ctx):
+    return 42
+
+
+def bad_spec(ctx):
+    f = lambda x: jnp.tanh(x)
+    return JaxModel(f, f, ctx.mesh({"tp": 2}), [JaxInput("x", (3, 4), spec=("tp", None))], gspmd=True)
+'''
+
+
+def test_run_an_entry_that_cannot_be_resolved_is_bad_input_exit_3(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "m.py").write_text(_ENTRIES)
+    (tmp_path / "broken_import.py").write_text("import no_such_dependency_of_the_user\n")
+    names = {"nosuchfn": "m:nosuch", "nosuchmod": "nosuchmod:f", "badreturn": "m:bad_return", "badspec": "m:bad_spec", "raises": "m:raises", "importfails": "broken_import:f"}
+    (tmp_path / ".shardproof.yml").write_text("version: 1\nframework: jax\npython_path: ['.']\ndefaults: {devices: 2}\nmodels:\n" + "".join(f"  - {{name: {n}, entry: '{e}'}}\n" for n, e in names.items()))
+    monkeypatch.chdir(tmp_path)
+    code, stdout, _ = run(capsys, "run", "--config", ".shardproof.yml", "--out", str(tmp_path / "out"))
+    assert code == 3, stdout
+    doc = json.loads((tmp_path / "out" / "result.json").read_text())
+    by = {m["name"]: m for m in doc["models"]}
+    # The config names what does not exist or is not a model: bad input, located at its line.
+    for name, line in (("nosuchfn", 6), ("nosuchmod", 7), ("badreturn", 8), ("badspec", 9)):
+        assert by[name]["status"] == "bad-input", by[name]
+        assert by[name]["build"]["error"].startswith(f".shardproof.yml:{line}: models[{line - 6}].entry: "), by[name]["build"]["error"]
+    assert "has no function 'nosuch'" in by["nosuchfn"]["build"]["error"]
+    assert "cannot import 'nosuchmod'" in by["nosuchmod"]["build"]["error"]
+    # The user's own code failing (also while importing its module) stays build-failed.
+    assert by["raises"]["status"] == "build-failed" and "RuntimeError: boom from user code" in by["raises"]["build"]["error"]
+    assert by["importfails"]["status"] == "build-failed" and "no_such_dependency_of_the_user" in by["importfails"]["build"]["error"]
+    # Only the user-code failures: exit 2, not 3.
+    code, stdout, _ = run(capsys, "run", "--config", ".shardproof.yml", "--models", "raises,importfails", "--out", str(tmp_path / "out2"))
+    assert code == 2, stdout

@@ -28,18 +28,18 @@ CLI = Path(sys.executable).parent / "shardproof"
 _BUILD = """
 import json, sys
 from shardproof.engine.frontend.jax.build import build_request
-name, variant, out = sys.argv[1], (sys.argv[2] or None), sys.argv[3]
+name, variant, out, size = sys.argv[1], (sys.argv[2] or None), sys.argv[3], json.loads(sys.argv[4])
 print(json.dumps(build_request({"out_dir": out, "devices": 4, "entry": "tests.collective_matmul_models:" + name,
-                                "python_path": ["."], "name": name, "variant": variant, "root": "."})))
+                                "python_path": ["."], "name": name, "variant": variant, "root": ".", "size": size})))
 """
 
 
-def _check(tmp_path: Path, model: str, variant: str | None) -> dict[str, object]:
+def _check(tmp_path: Path, model: str, variant: str | None, size: dict[str, object] | None = None) -> dict[str, object]:
     pytest.importorskip("jax")
-    out = tmp_path / f"{model}-{variant or 'ok'}"
+    out = tmp_path / f"{model}-{variant or 'ok'}-{len(list(tmp_path.iterdir()))}"
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
     # One process per build: the virtual device count is read when JAX's backend starts.
-    b = subprocess.run([sys.executable, "-c", _BUILD, model, variant or "", str(out)], cwd=ROOT, env=env,
+    b = subprocess.run([sys.executable, "-c", _BUILD, model, variant or "", str(out), json.dumps(size or {})], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=600)
     assert b.returncode == 0, b.stderr[-3000:]
     assert "collective-permute" in (out / "distributed.hlo").read_text()
@@ -49,6 +49,7 @@ def _check(tmp_path: Path, model: str, variant: str | None) -> dict[str, object]
     r: dict[str, object] = json.loads(res.read_text())
     r["returncode"] = p.returncode
     r["stdout"] = p.stdout
+    r["baseline"] = (out / "baseline.hlo").read_text()
     return r
 
 
@@ -86,6 +87,14 @@ def test_ring_mutants_are_diverged_with_a_witness(tmp_path: Path, model: str, va
     assert r["returncode"] == 1
     w = r["witness"]
     assert isinstance(w, dict) and w["status"] == "confirmed", w
+
+
+@pytest.mark.parametrize("variant", [None, "wrong_chunk"])
+def test_int32_ring_allreduce(tmp_path: Path, variant: str | None) -> None:
+    # Integer sums are exact modulo 2^32 in any order: the same laws hold, with wrap.
+    r = _check(tmp_path, "ring_allreduce_bw", variant, {"dtype": "int32"})
+    assert "s32[16,8]" in str(r["baseline"])
+    assert r["verdict"] == ("diverged" if variant else "verified"), r["stdout"][-3000:]
 
 
 def test_roll_spelling_stays_unproven_and_equal(tmp_path: Path) -> None:

@@ -33,6 +33,8 @@ BUGS = {
         "%all-reduce.102 = f32[8]{0} all-reduce(f32[8]{0} %select.97), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=%AddComputation.98",
         "%all-reduce.102 = f32[8]{0} copy(f32[8]{0} %select.97)",
     ),
+    # the row index of the pick counts along a unit dim (all zeros): every row picks row 0
+    "wrong_row_index": ("%iota.85 = u32[8,1,1]{1,0,2} iota(), iota_dimension=0", "%iota.85 = u32[8,1,1]{1,0,2} iota(), iota_dimension=1"),
     # the sum of exponentials stays per rank
     "missing_sum_exp_all_reduce": (
         "%all-reduce.115 = f32[8]{0} all-reduce(f32[8]{0} %reduce.110), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=%AddComputation.111",

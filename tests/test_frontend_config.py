@@ -228,3 +228,21 @@ def test_schema_validator_reports_in_key_order() -> None:
         (("models", 0, "size", "h"), "expected a number"),
     ]
     assert json.dumps(config_schema())  # serializable: the shipped file is plain JSON
+
+
+def test_every_config_error_is_reported_each_with_its_line(tmp_path: Path) -> None:
+    # Schema errors: all of them, not only the first.
+    message = error(tmp_path, "version: 1\ndefaults: {tp: four}\nmodels:\n  - {name: a, entry: 'm:f', expect: verfied}\n")
+    assert ".shardproof.yml:2: defaults.tp: expected an integer >= 1, got 'four'" in message, message
+    assert ".shardproof.yml:4: models[0].expect: expected one of verified" in message, message
+    # Checks beyond the schema: a duplicate name, a missing degree and a bad group, all at once.
+    message = error(
+        tmp_path,
+        "models:\n  - {name: a, entry: 'm:f', tp: 2}\n  - {name: a, entry: 'm:g', tp: 2}\n"
+        "  - {name: b, entry: 'm:h'}\n  - {name: c, entry: 'm:i', groups: [[0, 1], [2]]}\n",
+    )
+    lines = message.splitlines()
+    assert len(lines) == 3, message
+    assert ":3: models[1].name: expected a unique name" in lines[0]
+    assert ":4: models[2]: expected 'tp' or 'groups'" in lines[1]
+    assert ":5: models[3].groups: expected groups of one size" in lines[2]

@@ -4,10 +4,13 @@ Each table row is a fact about one signature, written only for the exact shapes 
 stated for (anything else gets no row, so a rule cannot fire on it):
 
 ``xpickg(k, n, w)``   distributed gather k picks one element per row: operand [n, w], indices
-                      [n, 1, 2] (index_vector_dim 2, start_index_map {0, 1}, both dims
-                      collapsed, slice sizes {1, 1}, no offset dims), result [n, 1]; row i of
-                      the result is operand[idx[i, 0, 0], idx[i, 0, 1]]
+                      [n, 1, 2] (index_vector_dim 2) or [n, 2] (index_vector_dim 1),
+                      start_index_map {0, 1}, both dims collapsed, slice sizes {1, 1}, no offset
+                      dims, result [n, 1] or [n]; element i of the result is operand[a_i, b_i]
+                      with (a_i, b_i) the i-th index pair
 ``xcat2(k)``          concatenate k of two operands of shape [n, 1, 1] along dim 2 (-> [n, 1, 2])
+                      or of shape [n, 1] along dim 1 (-> [n, 2])
+``xreshape(k)``       k is a reshape (keeps the row-major order of the elements)
 ``xsqz(k, d)``        reshape k to a 1-D [v] of an operand whose dims are all 1 but d (extent v)
 ``xcolbc(k)``         broadcast k of a 1-D [v] into [n, v] along dim 1 (dimensions={1})
 ``xrowbc(k)``         broadcast k of a 1-D [n] into [n, v] along dim 0 (dimensions={0})
@@ -19,7 +22,7 @@ from __future__ import annotations
 from ..ir import Instruction, Shape
 from .signature import Sig
 
-XENT_TABLES = ("xpickg", "xcat2", "xsqz", "xcolbc", "xrowbc", "xrowsum")
+XENT_TABLES = ("xpickg", "xcat2", "xsqz", "xcolbc", "xrowbc", "xrowsum", "xreshape")
 
 
 def xent_rows(rows: dict[str, list[tuple[object, ...]]], side: str, sig: Sig, ins: Instruction, opnd: list[Shape]) -> None:
@@ -30,8 +33,9 @@ def xent_rows(rows: dict[str, list[tuple[object, ...]]], side: str, sig: Sig, in
         return
     if op == "gather" and side == "distributed" and len(opnd) == 2:
         src, idx = tuple(opnd[0].dims), tuple(opnd[1].dims)
-        if (len(src) == 2 and len(idx) == 3 and idx[1:] == (1, 2) and out == (idx[0], 1)
-                and p.get("index_vector_dim") == 2
+        form3 = len(idx) == 3 and idx[1:] == (1, 2) and out == (idx[0], 1) and p.get("index_vector_dim") == 2
+        form2 = len(idx) == 2 and idx[1] == 2 and out == (idx[0],) and p.get("index_vector_dim") == 1
+        if (len(src) == 2 and (form3 or form2)
                 and list(p.get("start_index_map", [])) == [0, 1]
                 and list(p.get("collapsed_slice_dims", [])) == [0, 1]
                 and list(p.get("slice_sizes", [])) == [1, 1]
@@ -41,9 +45,12 @@ def xent_rows(rows: dict[str, list[tuple[object, ...]]], side: str, sig: Sig, in
             rows["xpickg"].append((key, src[0], src[1]))
     elif op == "concatenate" and len(opnd) == 2:
         a, b = tuple(opnd[0].dims), tuple(opnd[1].dims)
-        if len(a) == 3 and a == b and a[1:] == (1, 1) and list(p.get("dimensions", [])) == [2] and out == (a[0], 1, 2):
+        if a == b and ((len(a) == 3 and a[1:] == (1, 1) and list(p.get("dimensions", [])) == [2] and out == (a[0], 1, 2))
+                       or (len(a) == 2 and a[1] == 1 and list(p.get("dimensions", [])) == [1] and out == (a[0], 2))):
             rows["xcat2"].append((key,))
-    elif op == "reshape" and len(opnd) == 1 and len(out) == 1:
+    if op == "reshape" and len(opnd) == 1:
+        rows["xreshape"].append((key,))
+    if op == "reshape" and len(opnd) == 1 and len(out) == 1:
         src = tuple(opnd[0].dims)
         big = [d for d, n in enumerate(src) if n != 1]
         if len(big) == 1 and src[big[0]] == out[0]:

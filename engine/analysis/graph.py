@@ -661,9 +661,11 @@ def _rpos_tables(rows: dict[str, list[tuple[object, ...]]], ins: Instruction, ke
             if n % c == 0 and n > 0:
                 rows["perrank"].append((here, d, per_rank(d)))
 
-    if op == "iota" and out.dtype in INT_BITS and not out.is_tuple:
+    if op == "iota" and (out.dtype in INT_BITS or out.dtype in FLOAT_PRECISION) and not out.is_tuple:
         d = ins.parsed.get("iota_dimension")
-        if isinstance(d, int) and 0 <= d < len(out.dims) and out.dims[d] > 0:
+        # A float iota counts exactly only while every value 0 .. n-1 is at most 2^(significand
+        # bits) (bf16: 256); past that, rounding repeats values (rules/rankpos.egg rpos).
+        if isinstance(d, int) and 0 <= d < len(out.dims) and out.dims[d] > 0 and (out.dtype in INT_BITS or out.dims[d] - 1 <= 1 << FLOAT_PRECISION[out.dtype]):
             rows["iotaval"].append((key, d, 0, out.dims[d], here))
     elif op == "constant":
         if out.dtype == "pred" and out.dims == () and (ins.literal or "").strip() == "true":

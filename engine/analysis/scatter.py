@@ -126,6 +126,19 @@ def read_scatter(ins: Instruction, operands: list[Shape]) -> ScatterForm | str:
     return form
 
 
+def _batch_dims(form: ScatterForm, indices: Dims, updates: Dims) -> tuple[int, int] | None:
+    """(di, du) when the scatter has exactly one scatter dim: di of the indices (not the index
+    vector dim) and du of the updates (not a window dim), the i-th index along di placing the
+    i-th update along du; no batching dims. None otherwise."""
+    if form.input_batching_dims or form.scatter_indices_batching_dims:
+        return None
+    idx = [x for x in range(len(indices)) if x != form.index_vector_dim]
+    upd = [x for x in range(len(updates)) if x not in form.update_window_dims]
+    if len(idx) != 1 or len(upd) != 1 or indices[idx[0]] != updates[upd[0]]:
+        return None
+    return idx[0], upd[0]
+
+
 def _flag(v: object) -> bool:
     if isinstance(v, bool):
         return v
@@ -143,6 +156,14 @@ def scatter_rows(rows: dict[str, list[tuple[object, ...]]], side: str, sig: Sig,
     if form.combiner in ("add", "max", "min"):
         rows["scatcomb"].append((key, form.combiner))
     operand, indices, updates = (tuple(s.dims) for s in opnd)
+    batch = _batch_dims(form, indices, updates)
+    if side == "distributed" and form.combiner == "add" and batch is not None:
+        # The indices and their updates split over the ranks along their one scatter (batch)
+        # dim: kp is the baseline's scatter of all c blocks (rules/scatter.egg scatter-batch-split).
+        di, du = batch
+        whole_i = tuple(n * c if x == di else n for x, n in enumerate(indices))
+        whole_u = tuple(n * c if x == du else n for x, n in enumerate(updates))
+        rows["scatbatch"].append((key, di, du, sig.with_dims([operand, whole_i, whole_u], operand).key()))
     pick = form.index_add_dim(operand, indices, updates)
     if pick is None or form.combiner != "add":
         return
@@ -247,4 +268,4 @@ def _gpdot(rows: dict[str, list[tuple[object, ...]]], sig: Sig, ins: Instruction
                 rows["gpdot"].append((sig.key(), dl, el, dr, er, k, i, sig.with_dims([sl, sr], so).key()))
 
 
-SCATTER_TABLES = ("scatpick", "scatrows", "scatmask", "scatcomb", "catone", "gplin", "gplin2", "gpdot", "gpred", "gpdus", "gppad")
+SCATTER_TABLES = ("scatpick", "scatrows", "scatmask", "scatcomb", "catone", "gplin", "gplin2", "gpdot", "gpred", "gpdus", "gppad", "scatbatch")

@@ -90,7 +90,7 @@ def _details(doc: dict[str, Any], timings: bool) -> None:
     for entry in doc["models"]:
         error = entry["build"]["error"]
         if error and "\n" in error:
-            print(f"\n{entry['name']}: build-failed\n  " + "\n  ".join(error.splitlines()))
+            print(f"\n{entry['name']}: {entry['status']}\n  " + "\n  ".join(error.splitlines()))
         if entry["status"] == "error" and entry.get("result"):
             print(f"\n{entry['name']}: {entry['result']['reason']}", file=sys.stderr)
         for finding in entry.get("rank_specific") or []:
@@ -140,7 +140,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _build(args: argparse.Namespace) -> int:
     def show(entry: dict[str, Any]) -> None:
-        state = "built" if entry["status"] == "built" else "build-failed"
+        state = entry["status"] if entry["status"] in ("built", "bad-input") else "build-failed"
         line = f"{entry['name']}: {state} in {entry['build']['seconds']:.2f}s, peak RSS {entry['build']['peak_rss_mb']:.0f} MiB"
         if entry["build"]["error"]:
             line += "\n  " + "\n  ".join(entry["build"]["error"].splitlines())
@@ -152,5 +152,7 @@ def _build(args: argparse.Namespace) -> int:
         doc = run_models(_config(args), args.out, _names(args), verify=False, on_result=show)
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if any(e["status"] == "bad-input" for e in doc["models"]):
         return EXIT_BAD_INPUT
     return 0 if all(e["status"] == "built" for e in doc["models"]) else 2

@@ -207,32 +207,42 @@ def parse_config(data: Any, path: Path, lines: dict[tuple[str | int, ...], int] 
 
     errors = validate(data)
     if errors:
-        first = errors[0]
-        raise fail(first.path, first.message)
+        # Every schema error at once, each with its line: one run shows all there is to fix.
+        raise _all([fail(e.path, e.message) for e in errors])
+    problems: list[InputError] = []  # the checks below also report every error, not the first
     assert isinstance(data, dict)
     root = _root(data, path, fail)
     python_path = []
     for index, folder in enumerate(data.get("python_path", ["."])):
         resolved = _folder(path.parent, folder)
         if resolved is None:
-            raise fail(("python_path", index), f"expected a folder relative to {path.name}; {folder!r} does not exist")
+            problems.append(fail(("python_path", index), f"expected a folder relative to {path.name}; {folder!r} does not exist"))
+            continue
         python_path.append(resolved)
     for index, pattern in enumerate(data.get("hide_frames", [])):
         if pattern.startswith("/") or ".." in Path(pattern).parts:
-            raise fail(("hide_frames", index), f"expected a glob relative to the repository root, got {pattern!r}")
+            problems.append(fail(("hide_frames", index), f"expected a glob relative to the repository root, got {pattern!r}"))
     defaults = data.get("defaults", {})
     framework = data.get("framework", "torch-xla")
-    _check_settings(defaults, ("defaults",), fail)
-    _check_framework(defaults, ("defaults",), framework, fail)
+    try:
+        _check_settings(defaults, ("defaults",), fail)
+        _check_framework(defaults, ("defaults",), framework, fail)
+    except InputError as e:
+        problems.append(e)
     models: list[ModelConfig] = []
     seen: dict[str, int] = {}
     for index, raw in enumerate(data["models"]):
         key_path: tuple[str | int, ...] = ("models", index)
         if raw["name"] in seen:
-            raise fail((*key_path, "name"), f"expected a unique name; {raw['name']!r} is also models[{seen[raw['name']]}]")
+            problems.append(fail((*key_path, "name"), f"expected a unique name; {raw['name']!r} is also models[{seen[raw['name']]}]"))
+            continue
         seen[raw["name"]] = index
-        _check_settings(raw, key_path, fail)
-        _check_framework(raw, key_path, framework, fail)
+        try:
+            _check_settings(raw, key_path, fail)
+            _check_framework(raw, key_path, framework, fail)
+        except InputError as e:
+            problems.append(e)
+            continue
         merged = copy.deepcopy(defaults)
         for key, value in raw.items():
             if key in ("size", "env", "verify"):
@@ -251,7 +261,8 @@ def parse_config(data: Any, path: Path, lines: dict[tuple[str | int, ...], int] 
         elif "groups" in merged:
             groups = merged["groups"]
         else:
-            raise fail(key_path, "expected 'tp' or 'groups' (in the model or in defaults)")
+            problems.append(fail(key_path, "expected 'tp' or 'groups' (in the model or in defaults)"))
+            continue
         models.append(
             ModelConfig(
                 name=merged["name"],
@@ -277,7 +288,15 @@ def parse_config(data: Any, path: Path, lines: dict[tuple[str | int, ...], int] 
                 devices=int(merged.get("devices", 8)),
             )
         )
+    if problems:
+        raise _all(problems)
     return Config(path, root, python_path, list(data.get("hide_frames", [])), models, list(data.get("source_packages", [])), framework)
+
+
+def _all(problems: list[InputError]) -> InputError:
+    """One error for all ``problems``: the first, then each other one on a line of its own."""
+    first = problems[0]
+    return InputError(first.path, first.where, first.message + "".join(f"\n{e}" for e in problems[1:]), first.excerpt)
 
 
 def _yaml_word(value: Any) -> str:

@@ -7,7 +7,9 @@ exception, an import error or a timeout into a ``build-failed`` result with the 
 traceback, and keeps going with the other models. While one model builds, the previous one is
 verified, so the two cores of a small machine both work.
 
-A build failure is never a pass: its status is ``build-failed`` and the run's exit code is 2.
+A build failure is never a pass: its status is ``build-failed`` and the run's exit code is 2. An
+entry that cannot be resolved or imported, or a declaration that is wrong (``DeclarationError``),
+is ``bad-input``, exit 3: the configuration is to blame, not the model's code.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ RESULT_VERSION = 1
 ERROR_STATUS = "error"
 ARTIFACTS = ("baseline", "distributed", "relations", "sourcemap")
 _FILES = {"baseline": "baseline.hlo", "distributed": "distributed.hlo", "relations": "relations.yaml", "sourcemap": "sourcemap.json"}
-STATUS_EXIT = {"verified": 0, "diverged": 1, "rank-specific": 1, "unproven": 2, "unsupported": 2, "inconclusive": 2, "build-failed": 2, "error": 4}
+STATUS_EXIT = {"verified": 0, "diverged": 1, "rank-specific": 1, "unproven": 2, "unsupported": 2, "inconclusive": 2, "build-failed": 2, "bad-input": 3, "error": 4}
 TAIL_LINES = 15
 READY_TIMEOUT = 600.0  # importing torch-xla on a cold disk can be slow; this is not a model's cap
 KILL_GRACE = 1.0  # seconds between SIGTERM (traceback dump) and SIGKILL
@@ -181,7 +183,7 @@ class Worker:
             text = result.get("error", "build failed")
             if not result.get("declaration"):
                 text += "\n" + tail(result.get("traceback", ""))
-            return BuildOutcome(False, seconds, peak, text, {"key": result.get("key", "")})
+            return BuildOutcome(False, seconds, peak, text, {"key": result.get("key", ""), "bad_input": bool(result.get("bad_input"))})
         return BuildOutcome(True, seconds, peak, None, result.get("summary", {}))
 
     def close(self) -> None:
@@ -311,7 +313,7 @@ def verify_model(model: ModelConfig, folder: Path) -> tuple[str, dict[str, Any] 
 
 def matches(entry: dict[str, Any]) -> bool:
     """Whether a model's status is what it should be: its ``expect``, else verified."""
-    if entry["status"] == "build-failed":
+    if entry["status"] in ("build-failed", "bad-input"):
         return False
     return entry["status"] == (entry.get("expect") or "verified")
 
@@ -319,7 +321,7 @@ def matches(entry: dict[str, Any]) -> bool:
 def exit_code(doc: dict[str, Any]) -> int:
     """0 when every model is as expected; 1 when a verdict differs (a divergence, or a bug
     variant that verified); 2 when anything is unproven, unsupported, inconclusive or failed to
-    build; 4 when the verifier crashed on a model (an internal error beats every verdict)."""
+    build; 3 when a model's entry or declaration is bad input; 4 when the verifier crashed on a model (an internal error beats every verdict)."""
     code = 0
     for entry in doc["models"]:
         if matches(entry):
@@ -413,6 +415,8 @@ def run_models(
                 entry["build"]["error"] = error
         elif outcome.ok:
             entry["status"] = "built"
+        elif summary.get("bad_input"):
+            entry["status"] = "bad-input"  # the config or declaration is wrong, not the model's code
         entry["seconds"] = round(outcome.seconds + verify_seconds, 3)
         entry["artifacts"] = {k: (config.relative(folder / f) if (folder / f).exists() else None) for k, f in _FILES.items()}
         entry["log"] = config.relative(folder / "build.log")

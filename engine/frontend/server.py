@@ -75,6 +75,7 @@ def _child(job: dict[str, Any]) -> int:
             "key": e.key if declaration else "",
             "traceback": _user_traceback(e, job["request"]["root"]),
             "declaration": declaration,
+            "bad_input": declaration and bool(getattr(e, "key", "")) and bool(getattr(e, "bad_input", True)),
         }
         code = 1
     outcome["seconds"] = time.perf_counter() - started

@@ -895,6 +895,9 @@ class _Parser:
                         self.fail(self.pos, "expected operand name")
                     op, op_pos = self.name("operand name")
                     if op not in defined:
+                        if re.match(r"[ \t]*=", s[self.pos : self.pos + 64]):
+                            # `name=` is an attribute: the operand list was never closed
+                            self.fail(op_pos, f"expected ')' closing the operands of %{name} before attribute '{op}'")
                         self.fail(op_pos, f"operand %{op} is not defined in computation %{comp}")
                     operands.append(op)
                     self.ws()

@@ -71,6 +71,19 @@ def _precision(rank: int) -> None:
     layers.reduce_from_tensor_model_parallel_region = reduce_bf16
 
 
+def _ce_missing_max_all_reduce(rank: int) -> None:
+    """vocab_parallel_cross_entropy skips the all-reduce(MAX) of logits_max: each rank
+    subtracts its own local max, so the shifted logits of different ranks do not agree."""
+    original = torch.distributed.all_reduce
+
+    def all_reduce(tensor: torch.Tensor, op: Any = torch.distributed.ReduceOp.SUM, group: Any = None, async_op: bool = False) -> Any:
+        if op == torch.distributed.ReduceOp.MAX:
+            return None
+        return original(tensor, op=op, group=group, async_op=async_op)
+
+    torch.distributed.all_reduce = all_reduce
+
+
 PATCHES = {
     "missing_all_reduce": _missing_all_reduce,
     "redundant_all_reduce": _redundant_all_reduce,
@@ -78,4 +91,5 @@ PATCHES = {
     "wrong_group": _wrong_group,
     "sp_gather_dim": _sp_gather_dim,
     "precision": _precision,
+    "ce_missing_max_all_reduce": _ce_missing_max_all_reduce,
 }

@@ -280,13 +280,17 @@ class CrossEntropy(torch.nn.Module):
 
 
 def cross_entropy(ctx: BuildContext) -> Model:
-    """Vocab-parallel cross entropy: the baseline is torch's cross entropy over the whole vocab."""
+    """Vocab-parallel cross entropy: the baseline is torch's cross entropy over the whole vocab.
+
+    The tokens come flattened, logits (s·b, vocab) and targets (s·b,), a shape Megatron's
+    function takes as it is (it views any leading dims as one).
+    """
     n = _sizes(ctx)
     parallel(1)
+    tokens = n["seq"] * n["batch"]
 
     def baseline(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        v = logits.shape[-1]
-        return F.cross_entropy(logits.reshape(-1, v).float(), target.reshape(-1), reduction="none").reshape(target.shape)
+        return F.cross_entropy(logits, target, reduction="none")
 
     def distributed(rank: int) -> Any:
         bugs.apply(ctx.variant, rank)
@@ -297,7 +301,7 @@ def cross_entropy(ctx: BuildContext) -> Model:
         baseline=baseline,
         distributed=distributed,
         inputs=[
-            Input("logits", (n["seq"], n["batch"], n["vocab"]), shard=2),
-            Input("target", (n["seq"], n["batch"]), "int64", int_range=(0, n["vocab"])),
+            Input("logits", (tokens, n["vocab"]), shard=1),
+            Input("target", (tokens,), "int64", int_range=(0, n["vocab"])),
         ],
     )

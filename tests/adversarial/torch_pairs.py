@@ -325,6 +325,23 @@ def b_cumsum_sharded_dim_local(x: Any, w: Any) -> tuple[Any, ...]:
     return (_t().cumsum(_f().linear(x, w), 0),)  # no carry from the ranks before
 
 
+def _cumsum_carry(x: Any, w: Any, rank: Any, inclusive: bool) -> tuple[Any, ...]:
+    torch = _t()
+    y = _f().linear(x, w)
+    totals = all_gather(y.sum(0, keepdim=True), 0)  # (C, H): rank k's column totals at row k
+    k = torch.arange(C, device=y.device)
+    before = (k <= rank) if inclusive else (k < rank)
+    return (y.cumsum(0) + (totals * before.unsqueeze(1).to(y.dtype)).sum(0),)
+
+
+def c_cumsum_sharded_dim_carry(x: Any, w: Any, rank: Any) -> tuple[Any, ...]:
+    return _cumsum_carry(x, w, rank, False)  # local cumsum + totals of the ranks before
+
+
+def b_cumsum_sharded_dim_inclusive_carry(x: Any, w: Any, rank: Any) -> tuple[Any, ...]:
+    return _cumsum_carry(x, w, rank, True)  # also adds the rank's own total
+
+
 # --- one-hot rank selects -------------------------------------------------------------------------
 
 
@@ -836,6 +853,8 @@ def _pairs() -> list[TorchPair]:
         P("b_reshape_transposed_layout", "reshape to (s, h/4, 4) then transpose: the same shape, a transposed layout", (In("x", (S, H), "sharded", 0),), sh0, pr_base, b_reshape_transposed_layout),
         P("c_cumsum_nonsharded_dim", "cumsum along the hidden dim of rows sharded along the sequence", (In("x", (S, H), "sharded", 0), In("w", (H, H))), sh0, cs_base, c_cumsum_nonsharded_dim),
         P("b_cumsum_sharded_dim_local", "cumsum along the sharded sequence dim without the carry of earlier ranks", (In("x", (S, H), "sharded", 0), In("w", (H, H))), sh0, cs0_base, b_cumsum_sharded_dim_local),
+        P("c_cumsum_sharded_dim_carry", "cumsum along the sharded sequence dim: local cumsum plus the all-gathered totals of ranks k < r", (In("x", (S, H), "sharded", 0), In("w", (H, H)), rank), sh0, cs0_base, c_cumsum_sharded_dim_carry),
+        P("b_cumsum_sharded_dim_inclusive_carry", "the same with the mask k <= r: the rank's own total added twice", (In("x", (S, H), "sharded", 0), In("w", (H, H)), rank), sh0, cs0_base, b_cumsum_sharded_dim_inclusive_carry),
         P("c_onehot_rank_select", "the rank's columns selected by sum_j float(rank == j) * x[:, j-th block]", (In("x", (S, H)), rank), sh1, sel_base, c_onehot_rank_select),
         P("b_onehot_rotated", "one-hot select with rank == (j+1) % c: every rank takes its neighbour's block", (In("x", (S, H)), rank), sh1, sel_base, b_onehot_rotated),
         P("c_log_softmax_vocab", "log-softmax over a vocab-sharded dim: all-reduce(max), exp, all-reduce(sum), x - m - log s", (In("x", (S, V), "sharded", 1),), sh1, lsm_base, c_log_softmax_vocab),

@@ -111,7 +111,7 @@ def _fork_rank(request: common.BuildRequest, fn: Any, rank: int, world: int, fol
                 code = 0
             except BaseException as e:
                 traceback.print_exc()
-                outcome = {"ok": False, "error": str(e) if isinstance(e, common.DeclarationError) else f"{type(e).__name__}: {e}", "key": getattr(e, "key", ""), "declaration": isinstance(e, common.DeclarationError)}
+                outcome = {"ok": False, "error": str(e) if isinstance(e, common.DeclarationError) else f"{type(e).__name__}: {e}", "key": getattr(e, "key", ""), "declaration": isinstance(e, common.DeclarationError), "bad_input": bool(getattr(e, "bad_input", False))}
             result.write_text(json.dumps(outcome))
         finally:
             sys.stderr.flush()
@@ -125,7 +125,7 @@ def _fork_rank(request: common.BuildRequest, fn: Any, rank: int, world: int, fol
         raise RuntimeError(f"rank {rank}'s build crashed ({how}) before reporting; last output:\n" + "\n".join(tail)) from None
     if not outcome["ok"]:
         if outcome.get("declaration"):
-            raise common.DeclarationError(f"rank {rank}: {outcome['error']}", outcome.get("key", ""))
+            raise common.DeclarationError(f"rank {rank}: {outcome['error']}", outcome.get("key", ""), bad_input=bool(outcome.get("bad_input", True)))
         tail = log.read_text(errors="replace").strip().splitlines()[-12:]
         raise RuntimeError(f"rank {rank}: {outcome['error']}\n" + "\n".join(tail))
     return outcome
