@@ -519,6 +519,33 @@ def track_relation(entry: dict[str, Any], c: int, d_ins: Any, b_ins: Any, d_in: 
     return None
 
 
+# Ops that move or select elements along some dims: along a sharded dim, the shapes' guess
+# (plain sharded) is wrong (a concatenate of shards is sharded in blocks; a slice of a shard is
+# no shard of the baseline's slice).
+_ALONG = ("concatenate", "slice", "pad", "reverse", "dynamic-slice", "dynamic-update-slice", "gather", "scatter", "reduce-window", "select-and-scatter", "sort", "iota")
+
+
+def _along(g: Any, facts: Any, n: Any, b: Any, sharded: set[int]) -> tuple[list[dict[str, Any]], str]:
+    ins = n.ins
+    if ins.opcode == "concatenate" and len(sharded) == 1:
+        k = next(iter(sharded))
+        cat = (ins.parsed.get("dimensions") or [None])[0]
+        if cat != k:
+            return [], ""
+        rels = [_plain(g, facts, o, bo) for o, bo in zip(n.operands, b.operands, strict=False)]
+        if len(b.operands) == len(n.operands) and all({"relation": "sharded", "dim": k} in rs for rs in rels):
+            # rank r holds piece r of every operand, one after the other: blocks of the operands' sizes.
+            return [{"relation": "sharded", "dim": k, "blocks": [g.nodes[bo].ins.shape.dims[k] for bo in b.operands]}], ""
+        return [], f"this concatenate along the sharded dim {k} joins operands without one sharding the witness can combine"
+    if ins.opcode in ("slice", "pad") and n.operands:
+        src = tuple(g.nodes[n.operands[0]].ins.shape.dims)
+        if all(src[k] == ins.shape.dims[k] for k in sharded if k < len(src)):
+            return [], ""  # the sharded dim is untouched
+    if ins.opcode == "reverse" and not sharded & set(ins.parsed.get("dimensions") or []):
+        return [], ""
+    return [], f"this {ins.opcode} works along the sharded dim {sorted(sharded)}: its result is no plain shard of the baseline's"
+
+
 def probe_relations(result: Result, spec: RelationSpec, name: str, partner: str | None) -> tuple[list[dict[str, Any]], str]:
     """(candidate relations for probing distributed ``name`` against baseline ``partner``, why
     not: "" when it can be probed). An empty list lets the witness infer the candidates from the
@@ -542,7 +569,10 @@ def probe_relations(result: Result, spec: RelationSpec, name: str, partner: str 
         return [], f"no proven relation of operand %{g.nodes[o].ins.name} carries through this {n.ins.opcode} to one the witness can compare under"
     rels = [_plain(g, facts, o) for o in n.operands]
     if all(rs and all("blocks" not in e for e in rs) for rs in rels):
-        return [], ""
+        sharded = {e["dim"] % max(1, len(n.ins.shape.dims)) for rs in rels for e in rs if e["relation"] == "sharded"}
+        if not sharded or n.ins.opcode not in _ALONG:
+            return [], ""
+        return _along(g, facts, n, b, sharded)
     blocked = [e for rs in rels for e in rs if "blocks" in e]
     if n.ins.opcode in _SAME and blocked and all(tuple(g.nodes[o].ins.shape.dims) == tuple(n.ins.shape.dims) for o in n.operands):
         return [blocked[0]], ""  # elementwise: the blocked sharding carries

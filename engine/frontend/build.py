@@ -34,10 +34,18 @@ FRONTEND_DIR = Path(__file__).resolve().parent
 
 
 class DeclarationError(Exception):
-    """The entry point or what it returned is wrong; ``key`` is the config key to blame, if any."""
+    """The entry point or what it returned is wrong; ``key`` is the config key to blame, if any.
 
-    def __init__(self, message: str, key: str = "") -> None:
+    With a ``key`` and ``bad_input`` (the default), the configuration or the declaration is
+    wrong (an entry that names no module or function, a wrong return type, shapes that do not
+    divide, a knob never read): the model's status is ``bad-input``, exit 3. ``bad_input`` is
+    False when the user's own code raised (its module failed while importing), and a keyless
+    error describes what the traced program did: both stay ``build-failed``, exit 2, like any
+    exception of the model's code."""
+
+    def __init__(self, message: str, key: str = "", bad_input: bool = True) -> None:
         self.key = key
+        self.bad_input = bad_input
         super().__init__(message)
 
 
@@ -84,7 +92,10 @@ def load_entry(entry: str, python_path: Sequence[str]) -> Callable[[BuildContext
     try:
         module = importlib.import_module(module_name)
     except Exception as e:
-        raise DeclarationError(f"cannot import {module_name!r} for entry {entry!r}: {type(e).__name__}: {e}", "entry") from e
+        # The named module (or a package on its path) does not exist: the entry is wrong. Any
+        # other exception, also a missing import inside the module, is the user's code failing.
+        missing = isinstance(e, ModuleNotFoundError) and e.name is not None and (module_name == e.name or module_name.startswith(e.name + "."))
+        raise DeclarationError(f"cannot import {module_name!r} for entry {entry!r}: {type(e).__name__}: {e}", "entry", bad_input=missing) from e
     fn = getattr(module, function, None)
     if not callable(fn):
         raise DeclarationError(f"module {module_name!r} has no function {function!r} (entry {entry!r})", "entry")
