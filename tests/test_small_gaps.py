@@ -84,22 +84,35 @@ def rank_offset(ctx: JaxContext) -> JaxModel:
 
 
 def histogram(ctx: JaxContext) -> JaxModel:
+    """Tokens per expert (int32), or the summed weight per expert (float32, variant float)."""
     e, t = 8, 32
     mesh = ctx.mesh({"dp": C})
     variant = ctx.variant or ""
-    weighted = "float" in variant
+    shard = () if "replicated_ids" in variant else ("dp",)
+    spec = P() if "replicated_ids" in variant else P("dp")
 
-    def base(ids, g):
-        return jnp.zeros((e,), g.dtype if weighted else jnp.int32).at[ids].add(g if weighted else 1)
-
-    def per(ids, g):
-        local = jnp.zeros((e,), g.dtype if weighted else jnp.int32).at[ids].add(g if weighted else 1)
+    def done(local):
         return local if "no_psum" in variant else jax.lax.psum(local, "dp")
 
-    ids_spec = P() if "replicated_ids" in variant else P("dp")
-    dist = shard_map(per, mesh=mesh, in_specs=(ids_spec, ids_spec), out_specs=P(), check_vma=False)
-    shard = None if "replicated_ids" in variant else ("dp",)
-    return JaxModel(base, dist, mesh, [JaxInput("ids", (t,), "int32", spec=shard, int_range=(0, e)), JaxInput("g", (t,), spec=shard)])
+    if "float" in variant:
+        def base(ids, g):
+            return jnp.zeros((e,), jnp.float32).at[ids].add(g)
+
+        def per(ids, g):
+            return done(jnp.zeros((e,), jnp.float32).at[ids].add(g))
+
+        dist = shard_map(per, mesh=mesh, in_specs=(spec, spec), out_specs=P(), check_vma=False)
+        inputs = [JaxInput("ids", (t,), "int32", spec=shard, int_range=(0, e)), JaxInput("g", (t,), spec=shard)]
+        return JaxModel(base, dist, mesh, inputs)
+
+    def base1(ids):
+        return jnp.zeros((e,), jnp.int32).at[ids].add(1)
+
+    def per1(ids):
+        return done(jnp.zeros((e,), jnp.int32).at[ids].add(1))
+
+    dist = shard_map(per1, mesh=mesh, in_specs=(spec,), out_specs=P(), check_vma=False)
+    return JaxModel(base1, dist, mesh, [JaxInput("ids", (t,), "int32", spec=shard, int_range=(0, e))])
 '''
 
 CASES = {
@@ -115,6 +128,7 @@ CASES = {
     "hist_float": ("histogram", "float", "verified"),
     "hist_bug_no_psum": ("histogram", "no_psum", "diverged"),
     "hist_bug_replicated_ids": ("histogram", "replicated_ids", "diverged"),
+    "hist_float_bug_no_psum": ("histogram", "float_no_psum", "diverged"),
 }
 
 

@@ -114,7 +114,7 @@ ROW_TABLES = (
     "litfint", "gatherpick", "repeatbc", "mergenext", "unitbcast", "keepsvals",
     "argred", "iotadim", "gteidx", "intwidento", "redone", "cmpeq", "affmove", "unitdim",
     "litrecip", "maskunflat", "catdim", "predtof",
-    "iotaval", "numconv", "gatherrows", "intshl", "padop", "truelit", "andop", "andreduce", "dusat", "farith", "fcmpop", "extop", "perrank", "fnegop", "reduceflip", "maskforr", "sortmoves", "gtemoves", "sortarray", "ringop", "bcastlead",
+    "iotaval", "numconv", "gatherrows", "intshl", "padop", "truelit", "andop", "andreduce", "dusat", "farith", "fcmpop", "extop", "perrank", "fnegop", "reduceflip", "maskforr", "sortmoves", "gtemoves", "sortarray", "ringop", "bcastlead", "unitmove",
     *SCATTER_TABLES,
     *XENT_TABLES,
     *WINDOW_TABLES,
@@ -656,7 +656,7 @@ def _rpos_tables(rows: dict[str, list[tuple[object, ...]]], ins: Instruction, ke
         n = out.dims[d]
         return _shape_text(out.dtype, (*out.dims[:d], n // c, *out.dims[d + 1 :])) if n % c == 0 else "-"
 
-    if op in ("iota", "constant", "convert"):
+    if op in ("iota", "constant", "convert", "reshape"):
         for d, n in enumerate(out.dims):
             if n % c == 0 and n > 0:
                 rows["perrank"].append((here, d, per_rank(d)))
@@ -679,6 +679,14 @@ def _rpos_tables(rows: dict[str, list[tuple[object, ...]]], ins: Instruction, ke
         elif out.dtype in FLOAT_PRECISION:
             p = 1 << FLOAT_PRECISION[out.dtype]
             rows["numconv"].append((key, -p, p, here))
+    elif op == "reshape" and opnd and not out.is_tuple:
+        # A reshape that only inserts or removes size-1 dims carries each other dim to the
+        # result in order (XLA:CPU's compiled text bitcasts iota[n, 1] to [n]): rules/rankpos.egg.
+        src = opnd[0].dims
+        si, so = [i for i, n in enumerate(src) if n != 1], [j for j, n in enumerate(out.dims) if n != 1]
+        if [src[i] for i in si] == [out.dims[j] for j in so]:
+            for i, j in zip(si, so, strict=True):
+                rows["unitmove"].append((key, i, j, here))
     elif op == "and" and out.dtype == "pred":
         rows["andop"].append((key,))
     elif op == "reduce" and out.dtype == "pred" and ins.parsed.get("reducer") == "and":

@@ -470,6 +470,16 @@ def _plain(g: Any, facts: Any, o: int, b_operand: int | None = None) -> list[dic
     return out
 
 
+def _order_safe(facts: Any, o: int, entries: list[dict[str, Any]]) -> bool:
+    """Operand ``o`` keeps the baseline's element order along its dims (so the shapes' guess of
+    the result's relation is right): it has a plain unblocked relation, or none of its relations
+    reorders elements (a layout bijection, a sharding in blocks). Other relations (scaled, rank,
+    ranges, none) say nothing about the order; a wrong value there is what the probe is for."""
+    if any("blocks" not in e for e in entries):
+        return True
+    return not any(f.relation.startswith("layout(") or "blocks" in f.relation for f in facts.by_dist.get(o, []))
+
+
 def _moved(x: Any, ins: Any, shape: tuple[int, ...]) -> Any:
     if ins.opcode == "reshape":
         return x.reshape(shape)
@@ -550,7 +560,8 @@ def probe_relations(result: Result, spec: RelationSpec, name: str, partner: str 
     """(candidate relations for probing distributed ``name`` against baseline ``partner``, why
     not: "" when it can be probed). An empty list lets the witness infer the candidates from the
     shapes (duplicate, partial, sharded along the one dim that differs c-fold), which is right
-    only when every operand relates plainly (duplicate, unblocked sharded, partial)."""
+    only when every operand keeps the baseline's element order (_order_safe) and the op does not
+    work along a sharded dim (_along); a reshape/transpose is tracked (track_relation)."""
     if result.context is None or partner is None:
         return [], ""  # the witness finds no counterpart to compare with either
     g, facts = result.context
@@ -566,9 +577,11 @@ def probe_relations(result: Result, spec: RelationSpec, name: str, partner: str 
             r = track_relation(e, spec.c, n.ins, b.ins, tuple(g.nodes[o].ins.shape.dims), tuple(g.nodes[bo].ins.shape.dims))
             if r is not None:
                 return [r], ""
+        if tuple(g.nodes[o].ins.shape.dims) == tuple(g.nodes[bo].ins.shape.dims) and tuple(n.ins.shape.dims) == tuple(b.ins.shape.dims):
+            return [], ""  # same shapes on both sides: only duplicate or partial are guessed
         return [], f"no proven relation of operand %{g.nodes[o].ins.name} carries through this {n.ins.opcode} to one the witness can compare under"
     rels = [_plain(g, facts, o) for o in n.operands]
-    if all(rs and all("blocks" not in e for e in rs) for rs in rels):
+    if all(_order_safe(facts, o, rs) for o, rs in zip(n.operands, rels, strict=True)):
         sharded = {e["dim"] % max(1, len(n.ins.shape.dims)) for rs in rels for e in rs if e["relation"] == "sharded"}
         if not sharded or n.ins.opcode not in _ALONG:
             return [], ""
@@ -576,7 +589,7 @@ def probe_relations(result: Result, spec: RelationSpec, name: str, partner: str 
     blocked = [e for rs in rels for e in rs if "blocks" in e]
     if n.ins.opcode in _SAME and blocked and all(tuple(g.nodes[o].ins.shape.dims) == tuple(n.ins.shape.dims) for o in n.operands):
         return [blocked[0]], ""  # elementwise: the blocked sharding carries
-    bad = next(o for o, rs in zip(n.operands, rels, strict=True) if not rs or any("blocks" in e for e in rs))
+    bad = next(o for o, rs in zip(n.operands, rels, strict=True) if not _order_safe(facts, o, rs))
     return [], f"operand %{g.nodes[bad].ins.name} is {_facts_text(facts, bad)}, which the witness cannot carry through this {n.ins.opcode}"
 
 

@@ -494,9 +494,12 @@ def _repeat_merge(src: Instruction) -> bool:
 
 
 def _split_leading(op: Instruction, lead: tuple[int, ...]) -> Instruction | None:
-    """reshape(op) splitting its dim 0 into ``lead`` (two dims, a·b = op's dim 0), or None."""
+    """reshape(op) splitting its dim 0 into ``lead`` (two dims, a·b = op's dim 0), or None.
+    A unit extent in ``lead`` is split too (one head per rank: the rank's merge is (b, 1), the
+    baseline's (b, n)); refusing it unmerged the baseline's dot alone, and Megatron's MHA layer
+    then related through no layout (a row-major split is exact for any extents)."""
     dims = op.shape.dims
-    if len(lead) != 2 or not dims or lead[0] * lead[1] != dims[0] or 1 in lead:
+    if len(lead) != 2 or not dims or lead[0] * lead[1] != dims[0]:
         return None
     return replace(op, name=f"{op.name}.split", opcode="reshape", shape=replace(op.shape, dims=(*lead, *dims[1:]), layout=None), operands=[op.name],
                    attrs={}, parsed={}, literal=None, parameter_number=None, tuple_index=None, is_root=False, origin=op.origin or op.name)

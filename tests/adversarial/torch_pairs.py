@@ -334,6 +334,27 @@ def _cumsum_carry(x: Any, w: Any, rank: Any, inclusive: bool) -> tuple[Any, ...]
     return (y.cumsum(0) + (totals * before.unsqueeze(1).to(y.dtype)).sum(0),)
 
 
+def flip0_base(x: Any, w: Any) -> tuple[Any, ...]:
+    return (_f().linear(x, w).flip(0),)
+
+
+def _mirror_rows(x: Any, w: Any, rank: Any, flip: bool) -> tuple[Any, ...]:
+    torch = _t()
+    g = all_gather(_f().linear(x, w), 0)  # (S, H) on every rank
+    n = S // C
+    rows = (C - 1 - rank.to(torch.int64)) * n + torch.arange(n, device=g.device)
+    block = g.index_select(0, rows)  # block c-1-r of the rows
+    return (block.flip(0) if flip else block,)
+
+
+def c_reverse_sharded_dim_mirror_rows(x: Any, w: Any, rank: Any) -> tuple[Any, ...]:
+    return _mirror_rows(x, w, rank, True)  # reverse of the rows sharded along 0
+
+
+def b_reverse_sharded_dim_mirror_no_flip(x: Any, w: Any, rank: Any) -> tuple[Any, ...]:
+    return _mirror_rows(x, w, rank, False)  # the mirrored block, not reversed within
+
+
 def c_cumsum_sharded_dim_carry(x: Any, w: Any, rank: Any) -> tuple[Any, ...]:
     return _cumsum_carry(x, w, rank, False)  # local cumsum + totals of the ranks before
 
@@ -853,6 +874,8 @@ def _pairs() -> list[TorchPair]:
         P("b_reshape_transposed_layout", "reshape to (s, h/4, 4) then transpose: the same shape, a transposed layout", (In("x", (S, H), "sharded", 0),), sh0, pr_base, b_reshape_transposed_layout),
         P("c_cumsum_nonsharded_dim", "cumsum along the hidden dim of rows sharded along the sequence", (In("x", (S, H), "sharded", 0), In("w", (H, H))), sh0, cs_base, c_cumsum_nonsharded_dim),
         P("b_cumsum_sharded_dim_local", "cumsum along the sharded sequence dim without the carry of earlier ranks", (In("x", (S, H), "sharded", 0), In("w", (H, H))), sh0, cs0_base, b_cumsum_sharded_dim_local),
+        P("c_reverse_sharded_dim_mirror_rows", "flip along the sharded sequence dim: all-gather, rows (c-1-r)·w + arange(w) by index_select, local flip", (In("x", (S, H), "sharded", 0), In("w", (H, H)), rank), sh0, flip0_base, c_reverse_sharded_dim_mirror_rows),
+        P("b_reverse_sharded_dim_mirror_no_flip", "the same without the local flip of the mirrored block", (In("x", (S, H), "sharded", 0), In("w", (H, H)), rank), sh0, flip0_base, b_reverse_sharded_dim_mirror_no_flip),
         P("c_cumsum_sharded_dim_carry", "cumsum along the sharded sequence dim: local cumsum plus the all-gathered totals of ranks k < r", (In("x", (S, H), "sharded", 0), In("w", (H, H)), rank), sh0, cs0_base, c_cumsum_sharded_dim_carry),
         P("b_cumsum_sharded_dim_inclusive_carry", "the same with the mask k <= r: the rank's own total added twice", (In("x", (S, H), "sharded", 0), In("w", (H, H)), rank), sh0, cs0_base, b_cumsum_sharded_dim_inclusive_carry),
         P("c_onehot_rank_select", "the rank's columns selected by sum_j float(rank == j) * x[:, j-th block]", (In("x", (S, H)), rank), sh1, sel_base, c_onehot_rank_select),
