@@ -30,6 +30,8 @@ EXIT_CODES = """exit codes:
                      outputs equal (unproven), an op without rules, or a budget ran out
                      (`run`: also a model that failed to build; `rank-specific` is 1)
   3  bad input       a file, flag or configuration is wrong; the message says where
+                     (`run`: also a model whose entry cannot be resolved or imported,
+                     or returns no valid declaration: status `bad-input`)
   4  internal error  shardproof itself crashed: a bug in shardproof, not in your program"""
 
 

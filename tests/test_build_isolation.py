@@ -78,9 +78,11 @@ def test_the_other_models_still_run(report: tuple[dict[str, Any], Path]) -> None
 
 
 def test_a_build_failure_is_never_a_pass(report: tuple[dict[str, Any], Path]) -> None:
-    assert exit_code(report[0]) == 2
+    assert exit_code(report[0]) == 3  # bad entries among the failures: bad input wins
     only_failures = {**report[0], "models": [entry(report, "raises")]}
     assert exit_code(only_failures) == 2
+    only_bad_input = {**report[0], "models": [entry(report, "not_a_model")]}
+    assert exit_code(only_bad_input) == 3
 
 
 def test_what_a_failed_build_leaves(report: tuple[dict[str, Any], Path]) -> None:

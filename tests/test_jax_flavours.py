@@ -174,6 +174,27 @@ def _produce(out: Path) -> None:  # runs in a subprocess: python tests/test_jax_
     save("lsm_gspmd", g.lower(x, wv_).compile().as_text())
     save("lsm_sm_bug", compiled(shard_map(lsm_local, mesh=mesh, in_specs=(P(), P(None, "x")), out_specs=P(None, "x"), check_vma=False), x, wv_))
 
+    # Rotary embedding with the sequence sharded: the rank's positions are r·w + iota(w).
+    # XLA:CPU writes the baseline's positions as iota s32[16, 1], converted, then bitcast to
+    # [16] (rules/rankpos.egg rpos-unit-reshape); the rank's as broadcast(r·4) + iota s32[4].
+    def rope(x: Any, pos: Any) -> Any:
+        half = x.shape[1] // 2
+        ang = pos[:, None].astype(jnp.float32) * (1.0 / (10000.0 ** (jnp.arange(half, dtype=jnp.float32) / half)))[None, :]
+        a, b = x[:, :half], x[:, half:]
+        return jnp.concatenate([a * jnp.cos(ang) - b * jnp.sin(ang), a * jnp.sin(ang) + b * jnp.cos(ang)], axis=-1)
+
+    def rope_sp(shift: int) -> Any:
+        def f(x: Any) -> Any:
+            w = x.shape[0]
+            return rope(x, jax.lax.axis_index("x") * w + shift + jnp.arange(w))  # shift 1: BUG, positions off by one
+
+        return shard_map(f, mesh=mesh, in_specs=(P("x", None),), out_specs=P("x", None), check_vma=False)
+
+    xr = jnp.ones((16, 8))
+    save("rope_base", compiled(lambda x: rope(x, jnp.arange(x.shape[0])), xr))
+    save("rope_sm", compiled(rope_sp(0), xr))
+    save("rope_sm_off", compiled(rope_sp(1), xr))
+
 
 RELATIONS = {
     "mlp": {"groups": [list(range(N))], "inputs": [
@@ -197,6 +218,8 @@ RELATIONS = {
         {"baseline": 0, "distributed": 0, "relation": "duplicate"},
         {"baseline": 1, "distributed": 1, "relation": "sharded", "dim": 1}],
         "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 1}]},
+    "rope": {"groups": [list(range(N))], "inputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 0}],
+             "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 0}]},
 }
 
 PAIRS = [
@@ -352,3 +375,18 @@ def _check_witnessed(produced: Path, base: str, dist: str, rel: str) -> Any:
     from shardproof.engine.relations import load_relations
 
     return check_files(load_relations(produced / f"{rel}.yaml"), produced / f"{base}.hlo", produced / f"{dist}.hlo", witness="auto")
+
+
+def test_compiled_rope_positions_meet_the_baseline_iota(produced: Path) -> None:
+    """compile().as_text() of sequence-parallel RoPE: the baseline's positions are iota [16, 1]
+    bitcast to [16] after the convert, the rank's r·4 + iota [4] (rules/rankpos.egg
+    rpos-unit-reshape). Correct = verified; positions off by one = diverged with a confirming
+    numeric witness."""
+    base = (produced / "rope_base.hlo").read_text()
+    assert re.search(r"s32\[16,1\]\{1,0\} iota\(\), iota_dimension=0", base) and "bitcast(" in base
+    assert re.search(r"s32\[4\]\{0\} add\(", (produced / "rope_sm.hlo").read_text())
+    result = _check(produced, "rope_base", "rope_sm", "rope")
+    assert result.verdict == "verified", result.reason
+    bug = _check_witnessed(produced, "rope_base", "rope_sm_off", "rope")
+    assert bug.verdict == "diverged", bug.reason
+    assert bug.witness is not None and bug.witness["status"] == "confirmed", bug.witness
