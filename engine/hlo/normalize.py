@@ -211,7 +211,12 @@ def unit_group_collectives(comp: Computation) -> Computation:
     and not for the ``<op>.cross-replica`` forms hlo.flavours leaves when the groups' mode is
     unknown: those keep their opcode and are reported as before. flatten already turned a
     cross-replica-and-partition ``{{0}}`` into the group of all partitions, so a one-member group
-    seen here names one device."""
+    seen here names one device.
+
+    Only in a one-device program (every group is ``{0}``): in a program of several devices,
+    one-member groups are almost always a wrong group (``{{0},{1}}`` where ``{{0,1}}`` was
+    meant), and kept, the rules report the collective itself at its own line rather than a
+    missing reduction further on."""
     comp = _clone(comp)
     by = {i.name: i for i in comp.instructions}
     alias: dict[str, str] = {}
@@ -220,7 +225,7 @@ def unit_group_collectives(comp: Computation) -> Computation:
             continue
         groups = ins.parsed.get("replica_groups") or []
         src = by.get(ins.operands[0])
-        if not groups or any(len(g) != 1 for g in groups) or src is None or src.shape.is_tuple or not _same_type(src.shape, ins.shape):
+        if not groups or any(list(g) != [0] for g in groups) or src is None or src.shape.is_tuple or not _same_type(src.shape, ins.shape):
             continue
         alias[ins.name] = src.name
     if not alias:
