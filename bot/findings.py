@@ -18,8 +18,10 @@ from typing import Any
 
 from .diff import FILTER_MODES, DiffIndex
 
-STATUSES = ("verified", "diverged", "unproven", "unsupported", "inconclusive", "build-failed", "error")  # error: the verifier crashed
-# What fails the gate, from the least to the most strict: diverged (a divergence, or an error);
+# error: the verifier crashed; bad-input: the model's .shardproof.yml entry is wrong (runner exit 3)
+STATUSES = ("verified", "diverged", "unproven", "unsupported", "inconclusive", "build-failed", "bad-input", "error")
+# What fails the gate, from the least to the most strict: diverged (a divergence, a bad-input
+# configuration, or an error);
 # unsupported (also a model the rules cannot decide: unsupported / inconclusive); unproven (every
 # model not verified, including those the witness found numerically equal); never.
 FAIL_ON = ("diverged", "unsupported", "unproven", "never")
@@ -34,6 +36,10 @@ class Frame:
 
     def __str__(self) -> str:
         return f"{self.path}:{self.line}"
+
+
+# "<path>:<line>: <message>" (engine/frontend/build.py DeclarationError, located by the config).
+_CONFIG_AT = re.compile(r"^(?P<path>[^\s:][^:]*):(?P<line>\d+): (?P<message>.*)$")
 
 
 @dataclass
@@ -53,7 +59,21 @@ class Model:
         return sum(1 for o in outs if o.get("ok")), len(outs)
 
     @property
+    def config_error(self) -> tuple[Frame | None, str]:
+        """Where a ``bad-input`` model's configuration is wrong and why: the runner writes
+        ``<config>:<line>: <message>`` as the first line of its build error."""
+        text = str(self.build.get("error") or "")
+        first, _, rest = text.partition("\n")
+        m = _CONFIG_AT.match(first)
+        if m is None:
+            return None, text.strip() or "the model's configuration entry is wrong"
+        message = (m["message"] + ("\n" + rest if rest.strip() else "")).strip()
+        return Frame(m["path"], int(m["line"])), message
+
+    @property
     def reason(self) -> str:
+        if self.status == "bad-input":
+            return str(self.build.get("error") or "the model's configuration entry is wrong")
         if self.status == "build-failed":
             return str(self.build.get("error") or "the model could not be built")
         if self.status == "error" and self.error is not None:
@@ -131,11 +151,14 @@ class Run:
         return c
 
     def overall(self) -> str:
-        """The run in one word: error beats diverged beats unsupported beats verified. A model
-        whose verifier crashed (status ``error``) is an error of the tool, never a pass."""
+        """The run in one word: error beats bad-input beats diverged beats unsupported beats
+        verified. A model whose verifier crashed (status ``error``) is an error of the tool, never
+        a pass; a ``bad-input`` model is the configuration's fault, so the pull request's."""
         c = self.counts
         if self.error or c["build-failed"] or c["error"]:
             return "error"
+        if c["bad-input"]:
+            return "bad-input"
         if c["diverged"]:
             return "diverged"
         if c["unsupported"] or c["inconclusive"]:
@@ -386,11 +409,12 @@ def gate(run: Run, fail_on: str) -> tuple[str, int]:
     """Commit-status state and exit code.
 
     The state is honest whatever the exit policy: ``error`` when a model (or the runner) could not
-    be built or shardproof itself failed, ``failure`` when a model diverged — or is
+    be built or shardproof itself failed, ``failure`` when a model diverged or its configuration
+    entry is bad input (the pull request's ``.shardproof.yml`` is to blame) — or is
     unsupported/inconclusive and fail-on is ``unsupported`` or ``unproven``, or is unproven and
     fail-on is ``unproven``. An unproven model alone keeps the status success by default: the
     rules stopped, but the witness found the programs numerically equal. ``fail-on`` decides the
-    exit code: diverged → 1 on divergence or error; unsupported → also on unsupported /
+    exit code: diverged → 1 on divergence, bad input or error; unsupported → also on unsupported /
     inconclusive; unproven → on every model that is not verified; never → 0.
     """
     if fail_on not in FAIL_ON:
@@ -400,7 +424,7 @@ def gate(run: Run, fail_on: str) -> tuple[str, int]:
     undecided = any(c[s] for s in UNDECIDED)
     if overall == "error":
         state = "error"
-    elif overall == "diverged" or (undecided and fail_on in ("unsupported", "unproven")) or (c["unproven"] and fail_on == "unproven"):
+    elif overall in ("diverged", "bad-input") or (undecided and fail_on in ("unsupported", "unproven")) or (c["unproven"] and fail_on == "unproven"):
         state = "failure"
     else:
         state = "success"

@@ -190,6 +190,7 @@ VERDICT_MARK = {
     "inconclusive": "⚠️ inconclusive",
     "unproven": "🔶 unproven",
     "build-failed": "💥 build failed",
+    "bad-input": "⛔ configuration error",
     "error": "💥 internal error",
 }
 
@@ -430,7 +431,7 @@ def sarif(run: Run, findings: Sequence[Finding], ctx: Ctx, version: str) -> dict
         if len(f.frames) > 1:
             res["relatedLocations"] = [{"id": k, "physicalLocation": {"artifactLocation": {"uri": fr.path, "uriBaseId": "%SRCROOT%"}, "region": {"startLine": fr.line}}, "message": {"text": message("sarif_frame", fr)}} for k, fr in enumerate(f.frames[1:], 1)]
         results.append(res)
-    notes = [{"level": "error" if m.status in ("build-failed", "error") else "warning", "message": {"text": f"{m.name}: {m.status}: {m.reason}" + (" (a failure of shardproof, not of the code under review)" if m.status == "error" else "")}} for m in run.models if m.status in ("build-failed", "unsupported", "inconclusive", "error")]
+    notes = [{"level": "error" if m.status in ("build-failed", "bad-input", "error") else "warning", "message": {"text": f"{m.name}: {m.status}: {m.reason}" + (" (a failure of shardproof, not of the code under review)" if m.status == "error" else " (a configuration error in .shardproof.yml)" if m.status == "bad-input" else "")}} for m in run.models if m.status in ("build-failed", "bad-input", "unsupported", "inconclusive", "error")]
     return {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",

@@ -139,6 +139,9 @@ def test_repo_paths() -> None:
     (["inconclusive"], "unsupported", ("failure", 1)),
     (["build-failed", "verified"], "diverged", ("error", 1)),
     (["build-failed"], "never", ("error", 0)),
+    (["bad-input", "verified"], "diverged", ("failure", 1)),  # the PR's .shardproof.yml is wrong, not shardproof
+    (["bad-input"], "never", ("failure", 0)),
+    (["bad-input", "error"], "diverged", ("error", 1)),  # a crash of the tool still wins
     ([], "diverged", ("error", 1)),  # nothing declared or the runner failed: never a pass
 ])  # fmt: skip
 def test_gate(statuses: list[str], fail_on: str, want: tuple[str, int]) -> None:

@@ -131,3 +131,41 @@ def test_a_suggestion_block_only_on_the_line_it_rewrites() -> None:
     assert set(bodies) == {"bug_bsh_layout", "bug_missing_allreduce"}
     assert "```suggestion\n        out = attn.reshape(s, b, h).permute(1, 0, 2)  # BUG-SITE: bug_bsh_layout\n```" in bodies["bug_bsh_layout"]
     assert "```suggestion" not in bodies["bug_missing_allreduce"]
+
+
+def test_a_bad_input_model_is_a_configuration_error_at_its_line() -> None:
+    """A model whose ``entry:`` the runner cannot resolve (status ``bad-input``, exit 3) is the
+    pull request's configuration error: status failure, and every report names the line."""
+    from shardproof.bot.findings import gate, load_run
+
+    error = ".shardproof.yml:7: models[2].entry: cannot import 'no_such_module' for entry 'no_such_module:mlp': ModuleNotFoundError"
+    run = load_run({"models": [{"name": "ok", "status": "verified", "result": {"verdict": "verified"}}, {"name": "broken_entry", "status": "bad-input", "build": {"error": error}}]})
+    assert [m.status for m in run.models] == ["verified", "bad-input"] and run.overall() == "bad-input"
+    assert gate(run, "diverged") == ("failure", 1)
+    ctx = render.Ctx(repo="acme/models", sha=SHA, server_url="https://github.com", state="failure", fail_on="diverged")
+    summary = render.summary_body(run, [], ctx, [])
+    assert "**configuration error** at [`.shardproof.yml:7`](https://github.com/acme/models/blob/" + SHA + "/.shardproof.yml#L7)" in summary, summary
+    assert "models[2].entry: cannot import 'no_such_module'" in summary and "could not be built" not in summary
+    assert render.check_output(run, [], ctx)["title"].startswith("configuration error")
+    assert render.status_description(run, "failure", ctx).startswith("configuration error")
+    note = render.sarif(run, [], ctx, "0")["runs"][0]["invocations"][0]["toolExecutionNotifications"]
+    assert [n["level"] for n in note] == ["error"] and "configuration error" in note[0]["message"]["text"]
+
+
+def test_numeric_note_shows_where_the_numeric_check_could_not_run() -> None:
+    run = load_run_file(GOLDEN / "fixture" / "result.json")
+    model = next(m for m in run.models if (m.result or {}).get("divergences"))
+    d = model.result["divergences"][0]  # type: ignore[index]
+    d["numeric"], d["numeric_note"] = None, "not checked: relation unknown (%dot.3 has no relation)"
+    findings = collect(run, str(GOLDEN / "fixture" / "workspace"))
+    place(findings, None, "nofilter", 30)
+    text = render.check_output(run, findings, render.Ctx())["text"]
+    assert "**Executed at this instruction:** not checked: relation unknown" in text, text
+
+
+def test_rounding_seeds_say_how_the_witness_rechecked() -> None:
+    from shardproof.bot.explain import witness_line
+
+    line, _ = witness_line({"status": "equal", "trials": 3, "seeds": [0, 1, 2], "rounding_seeds": [1]}, [0], False)
+    assert "equal up to rounding on 3 random inputs" in line and "f32 in f64 with every written rounding kept" in line
+    assert "bf16/f16 sums within the baseline's own reordering noise" in line and "recomputed in f64" not in line
