@@ -9,6 +9,10 @@ in the distributed HLO) is diverged with the witness confirming it, never verifi
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,4 +87,63 @@ def test_predicted_logit_unmasked_diverges() -> None:
     bug = PAIR.parent / "b_ce_predicted_unmasked"
     r = check_files(load_relations(bug / "relations.yaml"), bug / "baseline.hlo", bug / "distributed.hlo")
     assert r.verdict == DIVERGED, r.reason
+    assert r.witness is not None and r.witness["status"] == "confirmed", r.witness
+
+
+# ---- Megatron's [s, b, V] logits against a baseline that flattens to 2-D (rules/layout.egg,
+# "a pointwise op before vs after a reshape"): the ranks subtract the max in 3-D, the baseline
+# in 2-D. The pair is built from examples/megatron (cross_entropy_3d_tp4: f32[8, 2, 64] logits
+# sharded along the vocab over 4 ranks).
+ROOT = Path(__file__).resolve().parents[1]
+
+# (what the variant breaks, the text in the distributed HLO, its replacement)
+BUGS_3D = {
+    # each rank shifts by its own max: the all-reduce(max) is gone (the sharded-reduce step)
+    "missing_max_all_reduce": (
+        r"(%all-reduce\.\d+) = f32\[8,2\]\{1,0\} all-reduce\((f32\[8,2\]\{1,0\} %reduce\.\d+)\)[^\n]*MaxComputation[^\n]*",
+        r"\1 = f32[8,2]{1,0} copy(\2)",
+    ),
+    # the shifted logits are flattened (b, s)-major for the pick: each token picks another
+    # token's logit (the reshape's element order must be tracked, not only its shape)
+    "pick_rows_transposed": (
+        r"(%reshape\.\d+) = f32\[16,16\]\{1,0\} reshape\(f32\[8,2,16\]\{2,1,0\} (%subtract\.\d+)\)",
+        r"%rows.t = f32[2,8,16]{2,1,0} transpose(f32[8,2,16]{2,1,0} \2), dimensions={1,0,2}\n  \1 = f32[16,16]{1,0} reshape(f32[2,8,16]{2,1,0} %rows.t)",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def pair_3d(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("megatron.core")
+    out = tmp_path_factory.mktemp("ce3d")
+    env = {**os.environ, "PJRT_DEVICE": "CPU"}
+    cmd = [sys.executable, "-c", "import sys; from shardproof.engine.cli import main; sys.exit(main())", "build",
+           "--config", "examples/megatron/.shardproof.yml", "--models", "cross_entropy_3d_tp4", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out / "cross_entropy_3d_tp4"
+
+
+def _check_3d(pair: Path, tmp_path: Path, dist: str, witness: str) -> object:
+    (tmp_path / "distributed.hlo").write_text(dist)
+    return check_files(load_relations(pair / "relations.yaml"), pair / "baseline.hlo", tmp_path / "distributed.hlo", witness=witness)
+
+
+def test_cross_entropy_3d_verifies(pair_3d: Path, tmp_path: Path) -> None:
+    assert "f32[8,2,64]" in (pair_3d / "baseline.hlo").read_text()
+    r = _check_3d(pair_3d, tmp_path, (pair_3d / "distributed.hlo").read_text(), "always")
+    assert r.verdict == VERIFIED, r.reason
+    assert r.witness is not None and r.witness["status"] == "equal", r.witness
+    trace = str(r.to_json()["trace"])
+    # the max and the sum of exponentials cross the baseline's flattening by the new steps
+    assert "layout/reduce-sharded-dim" in trace and "crossentropy/vocab-parallel-cross-entropy" in trace
+
+
+@pytest.mark.parametrize("bug", sorted(BUGS_3D))
+def test_cross_entropy_3d_bug_diverges(pair_3d: Path, tmp_path: Path, bug: str) -> None:
+    pattern, repl = BUGS_3D[bug]
+    text, n = re.subn(pattern, repl, (pair_3d / "distributed.hlo").read_text())
+    assert n == 1, bug
+    r = _check_3d(pair_3d, tmp_path, text, "auto")
+    assert r.verdict == DIVERGED, (bug, r.verdict, r.reason)
     assert r.witness is not None and r.witness["status"] == "confirmed", r.witness

@@ -134,10 +134,17 @@ class LayoutSolver:
             return None
         d0, b0 = newd[0], newb[0]
         n = out[d0]
-        if n != bout[b0] or n < 2:
-            return None
         view, view_out, new_kind = bsrc, bout, kind
-        if kind.startswith("s:"):
+        if kind == "dup" and n * self.c == bout[b0] and n >= 1 and self.c > 1:
+            # The rank broadcasts into w = n/c where the baseline broadcasts into n (the max
+            # spread back over a vocab-sharded dim): every position along the new dim holds the
+            # same values, so z' is block r of z along b0 (rules/layout.egg layout-bcast-sharded).
+            view_out, new_kind = scale(bout, b0, self.c), f"s:{b0}"
+            if view_out is None:
+                return None
+        elif n != bout[b0] or n < 2:
+            return None
+        elif kind.startswith("s:"):
             e = int(kind[2:])
             view, view_out = scale(bsrc, e, self.c), scale(bout, bd[e], self.c) if 0 <= e < len(bd) else None
             if view is None or view_out is None:
@@ -183,9 +190,16 @@ class LayoutSolver:
         new_kind = kind
         if kind.startswith("s:"):
             e = int(kind[2:])
-            if e == db_:
-                return None
             view = scale(bsrc, e, self.c)
+            if e == db_ and view is not None:
+                # The reduced dim is the sharded one: each rank reduces its block, the op over the
+                # ranks of the blocks' results is the baseline's (a partial of the reducer; the
+                # rules check each init is an identity of it: rules/layout.egg
+                # layout-reduce-sharded).
+                layout = self._get(lkey, src)
+                if layout is None or layout.src != src or layout.dst != view or src[dd_] != view[db_]:
+                    return None
+                return self._drop_dim(layout, dd_, db_, f"p:{base.attr('reducer')}")
             if view is None:
                 return None
             new_kind = f"s:{e - (1 if e > db_ else 0)}"

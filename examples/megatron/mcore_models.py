@@ -288,9 +288,13 @@ def cross_entropy(ctx: BuildContext) -> Model:
     n = _sizes(ctx)
     parallel(1)
     tokens = n["seq"] * n["batch"]
+    # size {ce_3d: true}: Megatron's usual [s, b, V] logits and [s, b] targets; the baseline
+    # flattens them to 2-D for F.cross_entropy and views the loss back to (s, b).
+    lead: tuple[int, ...] = (n["seq"], n["batch"]) if ctx.knob("ce_3d", False) else (tokens,)
 
     def baseline(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(logits, target, reduction="none")
+        flat = F.cross_entropy(logits.reshape(tokens, n["vocab"]), target.reshape(tokens), reduction="none")
+        return flat.view(lead)
 
     def distributed(rank: int) -> Any:
         bugs.apply(ctx.variant, rank)
@@ -301,7 +305,7 @@ def cross_entropy(ctx: BuildContext) -> Model:
         baseline=baseline,
         distributed=distributed,
         inputs=[
-            Input("logits", (tokens, n["vocab"]), shard=1),
-            Input("target", (tokens,), "int64", int_range=(0, n["vocab"])),
+            Input("logits", (*lead, n["vocab"]), shard=len(lead)),
+            Input("target", lead, "int64", int_range=(0, n["vocab"])),
         ],
     )
