@@ -266,7 +266,9 @@ def group_text(spec: RelationSpec) -> str:
     return "{" + ",".join(map(str, spec.groups[0])) + "}" if len(spec.groups) == 1 else str(spec.groups)
 
 
-def ancestors(g: Graphs, roots: list[int]) -> set[int]:
+def ancestors(g: Graphs, roots: list[int], through: Callable[[int], bool] | None = None) -> set[int]:
+    """The roots and what they read, transitively; with ``through``, the walk goes on past an
+    instruction only where ``through`` holds for it (the instruction itself is still in)."""
     seen: set[int] = set()
     stack = list(roots)
     while stack:
@@ -274,5 +276,6 @@ def ancestors(g: Graphs, roots: list[int]) -> set[int]:
         if n in seen:
             continue
         seen.add(n)
-        stack.extend(g.nodes[n].operands)
+        if through is None or through(n):
+            stack.extend(g.nodes[n].operands)
     return seen

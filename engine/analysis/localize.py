@@ -57,16 +57,7 @@ def _unproven_ancestors(g: Graphs, facts: Facts, roots: list[int]) -> set[int]:
     related instruction on the way is proven already, so what feeds it alone is no cause of the
     failure (its own unrelated ancestors, e.g. a rank-local value folded into a proven one, are
     left out). The related instructions met are included: they are the frontier's operands."""
-    seen: set[int] = set()
-    stack = list(roots)
-    while stack:
-        n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        if not related(facts, n):
-            stack.extend(g.nodes[n].operands)
-    return seen
+    return ancestors(g, roots, through=lambda n: not related(facts, n))
 
 
 def _layout_only(facts: Facts, gid: int) -> bool:

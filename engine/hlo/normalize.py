@@ -134,15 +134,20 @@ def strip_tokens(comp: Computation, tokens: frozenset[str]) -> Computation:
     _rewire(comp.instructions, alias)
     # _rewire only changes users: an add that is the ROOT itself has none, so the root moves to
     # what it stands for (else the token add stays the entry's result and dce keeps it).
-    by_name = {i.name: i for i in comp.instructions}
-    for ins in comp.instructions:
+    _move_root(comp.instructions, alias)
+    return comp
+
+
+def _move_root(instructions: list[Instruction], alias: dict[str, str]) -> None:
+    """An aliased instruction that is the ROOT hands the root mark to what it stands for."""
+    by = {i.name: i for i in instructions}
+    for ins in instructions:
         if ins.is_root and ins.name in alias:
             target = ins.name
             while target in alias:
                 target = alias[target]
             ins.is_root = False
-            by_name[target].is_root = True
-    return comp
+            by[target].is_root = True
 
 
 def split_tuples(comp: Computation) -> Computation:
@@ -231,13 +236,7 @@ def unit_group_collectives(comp: Computation) -> Computation:
     if not alias:
         return comp
     _rewire(comp.instructions, alias)
-    for ins in comp.instructions:
-        if ins.is_root and ins.name in alias:
-            target = ins.name
-            while target in alias:
-                target = alias[target]
-            ins.is_root = False
-            by[target].is_root = True
+    _move_root(comp.instructions, alias)
     return Computation(comp.name, [i for i in comp.instructions if i.name not in alias], comp.is_entry, comp.loc)
 
 
