@@ -819,3 +819,12 @@ def test_six_megabytes_parse_in_under_two_seconds() -> None:
     assert len(module.entry.instructions) > 25_000
     assert module.entry.root.name == "out"
     assert min(elapsed) < 2.0, f"parsing 6 MB took {min(elapsed):.2f} s of CPU"
+
+
+def test_a_lone_surrogate_in_an_escaped_string_is_no_crash() -> None:
+    """Found by the parser fuzzer: a lone surrogate next to an escape crashed the unescaping
+    with UnicodeEncodeError; it is invalid text like any other and reads as U+FFFD."""
+    from shardproof.engine.hlo.parser import _unescape
+
+    assert _unescape("ab\ud800\\n") == "ab\ufffd\ufffd\ufffd\n"
+    assert _unescape("x\ud800\\q").endswith("q")

@@ -177,24 +177,26 @@ _UNUSUAL_ESCAPE = re.compile(r"\\(?:[^0-7xntrabfv\"'\\]|x(?![0-9A-Fa-f]{2}))")
 
 
 def _unescape(body: str) -> str:
-    """Undo XLA's C-style escaping (absl::CEscape): octal/hex escapes are bytes of UTF-8 text."""
+    """Undo XLA's C-style escaping (absl::CEscape): octal/hex escapes are bytes of UTF-8 text.
+    A lone surrogate (text read with surrogate escapes, or fuzzed) is kept as its bytes and
+    decoded as U+FFFD, like any other invalid UTF-8: never an encoding crash."""
     if "\\" not in body:
         return body
     if _UNUSUAL_ESCAPE.search(body) is None:
-        return codecs.escape_decode(body.encode("utf-8"))[0].decode("utf-8", errors="replace")
+        return codecs.escape_decode(body.encode("utf-8", "surrogatepass"))[0].decode("utf-8", errors="replace")
     out = bytearray()
     last = 0
     for m in _ESCAPE.finditer(body):
-        out += body[last : m.start()].encode("utf-8")
+        out += body[last : m.start()].encode("utf-8", "surrogatepass")
         octal, hexa, char = m.groups()
         if octal is not None:
             out.append(int(octal, 8) & 0xFF)
         elif hexa is not None:
             out.append(int(hexa, 16))
         else:
-            out += _SIMPLE_ESCAPES.get(char, char).encode("utf-8")
+            out += _SIMPLE_ESCAPES.get(char, char).encode("utf-8", "surrogatepass")
         last = m.end()
-    out += body[last:].encode("utf-8")
+    out += body[last:].encode("utf-8", "surrogatepass")
     return out.decode("utf-8", errors="replace")
 
 

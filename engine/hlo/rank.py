@@ -312,11 +312,12 @@ def bind_device_ids(module: Module, groups: list[list[int]]) -> set[str]:
             if op in ("convert", "copy"):
                 operands = [x]
             else:
-                lit = Instruction(f"{ins.name}.{what}", "constant", scalar, [], literal=str(k), metadata=ins.metadata, loc=ins.loc)
+                lit = Instruction(f"{ins.name}.{what}", "constant", scalar, [], literal=str(k), metadata=ins.metadata, loc=ins.loc, origin=ins.origin or ins.name)
                 out.append(lit)
                 # b - |a|·r for a < 0; x·|a| and x + b otherwise.
                 operands = [lit.name, x] if op == "subtract" else [x, lit.name]
-            out.append(replace(ins, name=name, opcode=op, operands=operands, attrs={}, parsed={}, literal=None, is_root=ins.is_root and last))
+            # The steps keep the original's name as their origin: the source map names them by it.
+            out.append(replace(ins, name=name, opcode=op, operands=operands, attrs={}, parsed={}, literal=None, is_root=ins.is_root and last, origin=ins.origin or ins.name))
             x = name
     comp.instructions = out
     comp.reindex()
