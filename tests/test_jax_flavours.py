@@ -251,21 +251,6 @@ def produced(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _fusions_as_calls(text: str) -> str:
-    """For the oracle only: XLA:CPU cannot compile the fusions of an already optimized module
-    again ('Fusion must have backend config'); a fusion computes its fused computation, so XLA
-    runs the same program with each fusion written as a call (XLA inlines it itself)."""
-    out = []
-    for line in text.split("\n"):
-        if re.search(r"\bfusion\(", line):
-            line = re.sub(r"\bfusion\(", "call(", line)
-            line = re.sub(r",\s*kind=k\w+", "", line)
-            line = re.sub(r"\bcalls=", "to_apply=", line)
-            line = re.sub(r",\s*backend_config=\{.*\}\s*$", "", line)
-        out.append(line)
-    return "\n".join(out)
-
-
 def _check(produced: Path, base: str, dist: str, rel: str) -> Any:
     from shardproof.engine.analysis.check import check_files
     from shardproof.engine.relations import load_relations
@@ -278,7 +263,7 @@ def test_jax_pair_verdict_matches_oracle(produced: Path, base: str, dist: str, r
     result = _check(produced, base, dist, rel)
     assert result.verdict == verdict, result.reason
     oracle = pytest.importorskip("oracle")
-    texts = [_fusions_as_calls((produced / f"{n}_oracle.hlo" if (produced / f"{n}_oracle.hlo").exists() else produced / f"{n}.hlo").read_text()) for n in (base, dist)]
+    texts = [oracle.fusions_as_calls((produced / f"{n}_oracle.hlo" if (produced / f"{n}_oracle.hlo").exists() else produced / f"{n}.hlo").read_text()) for n in (base, dist)]
     numeric = oracle.run_pair(texts[0], texts[1], RELATIONS[rel], seed=0)
     assert numeric.equal == (verdict == "verified"), numeric.summary()
     if verdict == "diverged":

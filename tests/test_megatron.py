@@ -607,12 +607,7 @@ def _produce_all_to_all(out: Path) -> None:  # in a subprocess: python tests/tes
         spec_in = tuple(AXIS if d == d_in else None for d in range(len(shape)))
         spec_out = tuple(AXIS if d == d_out else None for d in range(2))  # every output is (tokens, hidden)
         pair = JaxPair(name, name, (shape,), (spec_in,), spec_out, lambda x: x.reshape(-1, x.shape[-1]), bodies[name], dtypes=(dtype,), int_ranges=((0, (-100, 100)),) if dtype == "int32" else ())
-        baseline, distributed, _, _ = jax_pairs.build(pair)
-        folder = out / name
-        folder.mkdir()
-        (folder / "baseline.hlo").write_text(baseline)
-        (folder / "distributed.hlo").write_text(distributed)
-        (folder / "relations.yaml").write_text(pair.relations())
+        jax_pairs.write(pair, out / name)
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -29,9 +28,9 @@ from typing import Any
 import pytest
 import yaml
 from bug_sites import bug_sites
+from config_runs import run_template
 
 from shardproof.engine.analysis.verify import verify
-from shardproof.engine.frontend.runner import run_models
 from shardproof.engine.hlo.normalize import normalize
 from shardproof.engine.hlo.parser import parse_hlo
 from shardproof.engine.hlo.printer import print_hlo
@@ -62,11 +61,7 @@ models:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
-    folder = tmp_path_factory.mktemp("moe_ring")
-    config = folder / "moe_ring.shardproof.yml"
-    config.write_text(CONFIG.format(root=json.dumps(str(ROOT)), examples=json.dumps(str(ROOT / "examples"))))
-    out = folder / "out"
-    return run_models(config, out), out
+    return run_template(tmp_path_factory.mktemp("moe_ring"), "moe_ring.shardproof.yml", CONFIG)
 
 
 def model(built: tuple[dict[str, Any], Path], name: str) -> dict[str, Any]:
@@ -226,20 +221,6 @@ def produced(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _fusions_as_calls(text: str) -> str:
-    """For the oracle only (as tests/test_jax_flavours.py): XLA:CPU compiles an optimized
-    module again only with each fusion written as the call it is."""
-    out = []
-    for line in text.split("\n"):
-        if re.search(r"\bfusion\(", line):
-            line = re.sub(r"\bfusion\(", "call(", line)
-            line = re.sub(r",\s*kind=k\w+", "", line)
-            line = re.sub(r"\bcalls=", "to_apply=", line)
-            line = re.sub(r",\s*backend_config=\{.*\}\s*$", "", line)
-        out.append(line)
-    return "\n".join(out)
-
-
 def test_jax_writes_the_tuple_form(produced: Path) -> None:
     """What this file claims to cover: XLA:CPU's tuple all-to-all, one operand per device, no
     split dimension (a jaxlib that writes something else must fail here, not test less)."""
@@ -257,7 +238,7 @@ def test_jax_tuple_all_to_all_verdict_and_oracle(produced: Path, dist: str, verd
     if verdict == "verified":
         assert "alltoall/reshards-split-dim" in {s["rule"] for t in result.trace for s in t["steps"]}
     oracle = pytest.importorskip("oracle")
-    assert oracle.run_pair(_fusions_as_calls(base), _fusions_as_calls(text), JAX_REL, seed=0).equal == (verdict == "verified")
+    assert oracle.run_pair(oracle.fusions_as_calls(base), oracle.fusions_as_calls(text), JAX_REL, seed=0).equal == (verdict == "verified")
 
 
 @pytest.mark.parametrize("dist", ["a2a", "a2a_5808"])
@@ -270,8 +251,8 @@ def test_normalized_tuple_all_to_all_computes_what_xla_computes(produced: Path, 
     ops = [i.opcode for i in norm.entry.instructions]
     assert ops.count("all-to-all") == 1 and not any(i.shape.is_tuple for i in norm.entry.instructions if i.opcode == "all-to-all")
     printed = print_hlo(norm)
-    original = oracle.run_pair(_fusions_as_calls(base), _fusions_as_calls(text), JAX_REL, seed=2)
-    rewritten = oracle.run_pair(_fusions_as_calls(base), printed, JAX_REL, seed=2)
+    original = oracle.run_pair(oracle.fusions_as_calls(base), oracle.fusions_as_calls(text), JAX_REL, seed=2)
+    rewritten = oracle.run_pair(oracle.fusions_as_calls(base), printed, JAX_REL, seed=2)
     assert rewritten.equal == original.equal == (dist == "a2a")
 
 

@@ -15,17 +15,16 @@ numeric oracle) confirms that the ones changing the value do change it.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from config_runs import run_template
 
 from shardproof.engine.analysis.scatter import read_scatter
 from shardproof.engine.analysis.verify import Result, verify
-from shardproof.engine.frontend.runner import run_models
 from shardproof.engine.hlo.parser import parse_hlo
 from shardproof.engine.relations import parse_relations
 
@@ -48,9 +47,7 @@ models:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("scatter")
-    config = folder / "scatter.shardproof.yml"
-    config.write_text(CONFIG.format(root=json.dumps(str(ROOT)), examples=json.dumps(str(ROOT / "examples")), project=json.dumps(str(ROOT / "tests" / "scatter_project"))))
-    doc = run_models(config, folder / "out", verify=False)
+    doc, _ = run_template(folder, "scatter.shardproof.yml", CONFIG, verify=False, project=ROOT / "tests" / "scatter_project")
     errors = {m["name"]: m["build"]["error"] for m in doc["models"] if m["build"]["error"]}
     assert not errors, errors
     return folder / "out"

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from bug_sites import bug_sites
+from config_runs import run_template
 
 from shardproof.engine.analysis.partition import (
     BACKWARD_BASE,
@@ -26,7 +27,6 @@ from shardproof.engine.analysis.partition import (
     plan,
 )
 from shardproof.engine.analysis.verify import Budget, verify
-from shardproof.engine.frontend.runner import run_models
 from shardproof.engine.hlo import fold as hlofold
 from shardproof.engine.hlo.parser import parse_hlo, parse_hlo_file
 from shardproof.engine.relations import load_relations
@@ -64,11 +64,7 @@ models:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
-    folder = tmp_path_factory.mktemp("training")
-    config = folder / "train.shardproof.yml"
-    config.write_text(CONFIG.format(root=json.dumps(str(ROOT)), examples=json.dumps(str(ROOT / "examples"))))
-    out = folder / "out"
-    return run_models(config, out), out
+    return run_template(tmp_path_factory.mktemp("training"), "train.shardproof.yml", CONFIG)
 
 
 def model(built: tuple[dict[str, Any], Path], name: str) -> dict[str, Any]:

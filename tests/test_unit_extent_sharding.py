@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from config_runs import run_template
 
 from shardproof.engine.analysis.check import check_files
 from shardproof.engine.analysis.tables import unit_reshape_broadcasts
@@ -46,12 +47,7 @@ models:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    from shardproof.engine.frontend.runner import run_models
-
-    folder = tmp_path_factory.mktemp("unit_extent")
-    config = folder / "unit.shardproof.yml"
-    config.write_text(CONFIG.format(root=json.dumps(str(ROOT)), examples=json.dumps(str(ROOT / "examples"))))
-    summary = run_models(config, folder / "out")
+    summary, _ = run_template(tmp_path_factory.mktemp("unit_extent"), "unit.shardproof.yml", CONFIG)
     return {m["name"]: m for m in summary["models"]}
 
 

@@ -152,16 +152,11 @@ def _produce(out: Path) -> None:  # runs in a subprocess: python tests/test_wind
     os.environ["JAX_PLATFORMS"] = "cpu"
     os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={C}"
     sys.path.insert(0, str(Path(__file__).parent / "adversarial"))
-    from jax_pairs import JaxPair, build
+    from jax_pairs import JaxPair, write
 
     for name, (desc, dtype, shapes, in_specs, out_spec, base_fn, body) in PAIRS.items():
         pair = JaxPair(name, desc, shapes, in_specs, out_spec, base_fn, body, dtypes=(dtype,) * len(shapes))
-        base, dist, _, _ = build(pair)
-        d = out / name
-        d.mkdir()
-        (d / "baseline.hlo").write_text(base)
-        (d / "distributed.hlo").write_text(dist)
-        (d / "relations.yaml").write_text(pair.relations())
+        write(pair, out / name)
 
 
 @pytest.fixture(scope="module")

@@ -455,6 +455,16 @@ def _portable_files(text: str) -> str:
                      for line in text.splitlines()) + "\n"
 
 
+def write(pair: JaxPair, folder: Path) -> None:
+    """Build the pair and write its lowered texts and relations into the new ``folder``
+    (baseline.hlo, distributed.hlo, relations.yaml: what ``shardproof check`` reads)."""
+    baseline, distributed, _, _ = build(pair)
+    folder.mkdir()
+    (folder / "baseline.hlo").write_text(baseline)
+    (folder / "distributed.hlo").write_text(distributed)
+    (folder / "relations.yaml").write_text(pair.relations())
+
+
 def build(pair: JaxPair) -> tuple[str, str, str, str]:
     """(baseline text, distributed text) as lowered, and the same two after XLA's compilation
     (``.compile().as_text()``: SPMD-partitioned per-device program, fusions, layouts)."""
