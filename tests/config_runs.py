@@ -12,6 +12,18 @@ from shardproof.engine.frontend.runner import run_models
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# The head of a template for tplm models at TP 4 (its `size:` and `models:` follow).
+TPLM_HEAD = """\
+version: 1
+root: {root}
+python_path: [{examples}]
+hide_frames: ["examples/tplm/parallel.py"]
+defaults:
+  tp: 4
+  timeout: 300
+  memory_mb: 4096
+"""
+
 
 def run_template(folder: Path, filename: str, template: str, verify: bool = True, **paths: Path) -> tuple[dict[str, Any], Path]:
     """Write ``template`` as ``folder/filename`` and run it (builds, and checks unless

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 from bug_sites import bug_sites
-from config_runs import run_template
+from config_runs import TPLM_HEAD, run_template
 
 from shardproof.engine.analysis.verify import verify
 from shardproof.engine.hlo.normalize import normalize
@@ -40,15 +40,7 @@ ROOT = Path(__file__).parents[1]
 SITES = bug_sites(sorted((ROOT / "examples" / "tplm").glob("*.py")), ROOT)
 N = 4
 
-CONFIG = """\
-version: 1
-root: {root}
-python_path: [{examples}]
-hide_frames: ["examples/tplm/parallel.py"]
-defaults:
-  tp: 4
-  timeout: 300
-  memory_mb: 4096
+CONFIG = TPLM_HEAD + """\
   size: {{hidden: 32, ffn: 64, heads: 4, seq: 8, batch: 2, experts: 8, top_k: 2}}
 models:
   - {{name: moe_a2a, entry: tplm.models:moe_alltoall, expect: verified}}

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from bug_sites import bug_sites
-from config_runs import run_template
+from config_runs import TPLM_HEAD, run_template
 
 from shardproof.engine.analysis.partition import (
     BACKWARD_BASE,
@@ -37,15 +37,7 @@ GAPS = ROOT / "tests" / "gaps"
 SITES = bug_sites(sorted((ROOT / "examples" / "tplm").glob("*.py")), ROOT)
 RX = re.compile(DEFAULT_LAYER_PATTERN)
 
-CONFIG = """\
-version: 1
-root: {root}
-python_path: [{examples}]
-hide_frames: ["examples/tplm/parallel.py"]
-defaults:
-  tp: 4
-  timeout: 300
-  memory_mb: 4096
+CONFIG = TPLM_HEAD + """\
   size: {{vocab: 256, hidden: 64, layers: 3, heads: 8, kv_heads: 4, ffn: 128, seq: 8, batch: 2}}
 models:
   - {{name: train3_fused, entry: tplm.models:train_step, expect: verified}}

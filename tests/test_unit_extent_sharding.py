@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from config_runs import run_template
+from config_runs import TPLM_HEAD, run_template
 
 from shardproof.engine.analysis.check import check_files
 from shardproof.engine.analysis.tables import unit_reshape_broadcasts
@@ -26,15 +26,7 @@ from shardproof.engine.relations import load_relations
 
 ROOT = Path(__file__).parents[1]
 
-CONFIG = """\
-version: 1
-root: {root}
-python_path: [{examples}]
-hide_frames: ["examples/tplm/parallel.py"]
-defaults:
-  tp: 4
-  timeout: 300
-  memory_mb: 4096
+CONFIG = TPLM_HEAD + """\
   size: {{vocab: 256, hidden: 64, layers: 2, heads: 8, kv_heads: 4, ffn: 128, seq: 4, batch: 2}}
 models:
   - {{name: train_token_per_rank, entry: tplm.models:train_step, expect: verified}}

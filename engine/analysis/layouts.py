@@ -155,11 +155,10 @@ class LayoutSolver:
         layout = self._get(lkey, src)
         if layout is None or layout.src != src or layout.dst != view:
             return None
-        atoms, perm = list(layout.atoms), list(layout.perm)
-        sruns = _runs(layout.src, atoms)
-        druns = _runs(layout.dst, [atoms[i] for i in perm])
-        if sruns is None or druns is None:
+        runs = _atom_runs(layout)
+        if runs is None:
             return None
+        atoms, perm, sruns, druns = runs
         a = sruns[d0 - 1][1] if d0 > 0 else 0  # the new atom's place in the rank's order
         b = druns[b0 - 1][1] if b0 > 0 else 0  # and in the baseline's
         new_atoms = [*atoms[:a], n, *atoms[a:]]
@@ -211,11 +210,10 @@ class LayoutSolver:
         return self._drop_dim(layout, dd_, db_, new_kind)
 
     def _drop_dim(self, layout: Layout, dd: int, db: int, kind: str) -> tuple[str, str] | None:
-        atoms, perm = list(layout.atoms), list(layout.perm)
-        sruns = _runs(layout.src, atoms)
-        druns = _runs(layout.dst, [atoms[i] for i in perm])
-        if sruns is None or druns is None:
+        runs = _atom_runs(layout)
+        if runs is None:
             return None
+        atoms, perm, sruns, druns = runs
         a0, a1 = sruns[dd]
         b0, b1 = druns[db]
         if a1 <= a0 or perm[b0:b1] != list(range(a0, a1)):
@@ -389,11 +387,10 @@ class LayoutSolver:
         layout = self._get(lkey, src)
         if layout is None or layout.src != src or layout.dst != dst:
             return None
-        atoms, perm = list(layout.atoms), list(layout.perm)
-        sruns = _runs(layout.src, atoms)
-        druns = _runs(layout.dst, [atoms[i] for i in perm])
-        if sruns is None or druns is None:
+        runs = _atom_runs(layout)
+        if runs is None:
             return None
+        _, perm, sruns, druns = runs
         found: dict[int, int] = {}
         for d, (a0, a1) in enumerate(sruns):
             if a1 == a0:
@@ -407,6 +404,17 @@ class LayoutSolver:
     def describe(self, lkey: str) -> list[str]:
         layout = self.layouts.get(lkey)
         return layout.ops() if layout else []
+
+
+def _atom_runs(layout: Layout) -> tuple[list[int], list[int], list[tuple[int, int]], list[tuple[int, int]]] | None:
+    """The layout's atoms, their order on the destination side, and the run of atoms each dim
+    of the source and of the destination covers; None when a dim cuts an atom."""
+    atoms, perm = list(layout.atoms), list(layout.perm)
+    sruns = _runs(layout.src, atoms)
+    druns = _runs(layout.dst, [atoms[i] for i in perm])
+    if sruns is None or druns is None:
+        return None
+    return atoms, perm, sruns, druns
 
 
 def _perm(sig: Sig) -> list[int]:
