@@ -505,6 +505,16 @@ def _identity_of(ins: Instruction, value: int | float | None) -> list[str]:
 INT_BITS = {"s8": 8, "s16": 16, "s32": 32, "s64": 64, "u8": 8, "u16": 16, "u32": 32, "u64": 64}
 
 
+def iota_exact(dtype: str, n: int) -> bool:
+    """An iota of ``n`` elements along its dim holds exactly 0 .. n-1 in ``dtype``: for an int
+    type n - 1 is at most the type's largest value (else it wraps: s8 counts 127, -128, ...),
+    for a float type at most 2^(significand bits) (else rounding repeats values)."""
+    if dtype in INT_BITS:
+        return n - 1 <= int_range(dtype)[1]
+    p = FLOAT_PRECISION.get(dtype)
+    return p is not None and n - 1 <= 1 << p
+
+
 def _widens(a: str, b: str) -> bool:
     """Every value of int type a is representable in int type b."""
     if a not in INT_BITS or b not in INT_BITS:
@@ -663,15 +673,17 @@ def _rpos_tables(rows: dict[str, list[tuple[object, ...]]], ins: Instruction, ke
 
     if op == "iota" and (out.dtype in INT_BITS or out.dtype in FLOAT_PRECISION) and not out.is_tuple:
         d = ins.parsed.get("iota_dimension")
-        # A float iota counts exactly only while every value 0 .. n-1 is at most 2^(significand
-        # bits) (bf16: 256); past that, rounding repeats values (rules/rankpos.egg rpos).
-        if isinstance(d, int) and 0 <= d < len(out.dims) and out.dims[d] > 0 and (out.dtype in INT_BITS or out.dims[d] - 1 <= 1 << FLOAT_PRECISION[out.dtype]):
+        # An iota counts 0 .. n-1 exactly only while every value is in its type: a float's up to
+        # 2^(significand bits) (bf16: 256; past that, rounding repeats values), an int's up to the
+        # type's largest value (s8[256] counts 0..127, -128..-1: it wraps). rules/rankpos.egg rpos.
+        if isinstance(d, int) and 0 <= d < len(out.dims) and out.dims[d] > 0 and iota_exact(out.dtype, out.dims[d]):
             rows["iotaval"].append((key, d, 0, out.dims[d], here))
     elif op == "constant":
         if out.dtype == "pred" and out.dims == () and (ins.literal or "").strip() == "true":
             rows["truelit"].append((key,))
         b = _arange_start(ins)
-        if b is not None:
+        lo, hi = int_range(out.dtype) if out.dtype in INT_BITS else (0, -1)
+        if b is not None and lo <= b and b + out.dims[0] - 1 <= hi:  # literals are in range; checked anyway
             rows["iotaval"].append((key, 0, b, out.dims[0], here))
     elif op == "convert" and opnd and opnd[0].dtype in INT_BITS:
         if out.dtype in INT_BITS:
@@ -958,7 +970,9 @@ def _arg_tables(rows: dict[str, list[tuple[object, ...]]], node: Node, sig: Sig,
             rows["redone"].append((key, dims[0], reducer))
     elif op == "iota" and ins.shape.dtype in INT_BITS:
         d = ins.parsed.get("iota_dimension")
-        if isinstance(d, int):
+        # The index table counts 0 .. n-1 only while n - 1 fits its type (a u8 iota of 512
+        # wraps at 256: the "lowest index" would be taken modulo 256).
+        if isinstance(d, int) and 0 <= d < ins.shape.rank and iota_exact(ins.shape.dtype, ins.shape.dims[d]):
             rows["iotadim"].append((key, d))
     elif op == "get-tuple-element" and ins.tuple_index is not None and not ins.shape.is_tuple:
         rows["gteidx"].append((key, ins.tuple_index, ins.shape.dtype))

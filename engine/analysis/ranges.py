@@ -119,7 +119,10 @@ class Ranges:
         if op == "iota":
             d = ins.parsed.get("iota_dimension")
             if isinstance(d, int) and 0 <= d < len(ins.shape.dims):
-                return (0, max(ins.shape.dims[d] - 1, 0))
+                top = max(ins.shape.dims[d] - 1, 0)
+                if dtype in INT_BITS and top > int_range(dtype)[1]:
+                    return None  # the iota wraps (s8[256]: 0..127, -128..-1): the whole type
+                return (0, top)
             return None
         src = [self.module.entry.get(o) for o in ins.operands]
         if not src or any(s is None for s in src):

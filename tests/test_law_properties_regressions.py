@@ -1,0 +1,76 @@
+"""Issue 23, item 1: the soundness holes of the newest laws, each as a pair that was `verified`
+although the programs differ, next to its correct twin.
+
+For every hole (tests/soundness_regressions/<name>): the verifier no longer says `verified`, and
+XLA's CPU runtime (tests/oracle.py, the product's witness) finds the two programs different on
+random inputs — so the old verdict was wrong, not merely unproven. For every twin (the same pair
+with the side condition met): the verifier still says `verified`, and the runtime finds the
+programs equal, so the fix did not take the law away.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from shardproof.engine.analysis.verify import verify
+from shardproof.engine.hlo.parser import parse_hlo
+from shardproof.engine.relations import parse_relations
+
+REGRESSIONS = Path(__file__).parent / "soundness_regressions"
+
+
+def _load(name: str) -> tuple[str, str, dict]:
+    d = REGRESSIONS / name
+    return (d / "baseline.hlo").read_text(), (d / "distributed.hlo").read_text(), yaml.safe_load((d / "relations.yaml").read_text())
+
+
+def _verdict(base: str, dist: str, relations: dict) -> str:
+    return verify(parse_relations(relations, "relations.yaml"), parse_hlo(base, "baseline.hlo"), parse_hlo(dist, "distributed.hlo")).verdict
+
+
+def _sub(pattern: str, repl: str, side: str = "baseline") -> Callable[[str, str], tuple[str, str]]:
+    """The twin: one textual change to one side (the side condition met)."""
+
+    def make(base: str, dist: str) -> tuple[str, str]:
+        text = base if side == "baseline" else dist
+        new, n = re.subn(pattern, repl, text)
+        assert n >= 1, f"{pattern!r} no longer occurs in the {side}"
+        return (new, dist) if side == "baseline" else (base, new)
+
+    return make
+
+
+# (regression folder, how its correct twin is made)
+CASES = [
+    # An s16 iota of 256 counts 0..255 exactly; an s8 one wraps at 128.
+    ("s8_iota_positions_wrap", _sub(r"s8\[256\]", "s16[256]")),
+    # An s16 index table of 512 counts exactly; a u8 one wraps at 256.
+    ("u8_argmax_index_wraps", _sub(r"\bu8\b", "s16")),
+]
+
+
+@pytest.mark.parametrize(("name", "twin"), CASES, ids=[c[0] for c in CASES])
+def test_hole_is_closed_and_the_programs_really_differ(name: str, twin: Callable[[str, str], tuple[str, str]]) -> None:
+    base, dist, rel = _load(name)
+    assert _verdict(base, dist, rel) != "verified"
+    meta = yaml.safe_load((REGRESSIONS / name / "expect.yaml").read_text()) or {}
+    if meta.get("numeric"):
+        pytest.skip(str(meta["numeric"]))
+    oracle = pytest.importorskip("oracle")
+    assert not all(oracle.run_pair(base, dist, rel, seed=s).equal for s in range(3))
+
+
+@pytest.mark.parametrize(("name", "twin"), CASES, ids=[c[0] for c in CASES])
+def test_correct_twin_still_verifies_and_is_equal(name: str, twin: Callable[[str, str], tuple[str, str]]) -> None:
+    base, dist, rel = _load(name)
+    base, dist = twin(base, dist)
+    assert _verdict(base, dist, rel) == "verified"
+    oracle = pytest.importorskip("oracle")
+    for s in range(2):
+        run = oracle.run_pair(base, dist, rel, seed=s)
+        assert run.equal, run.summary()
