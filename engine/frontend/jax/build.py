@@ -26,16 +26,18 @@ Inputs are ``jax.ShapeDtypeStruct``s: nothing is allocated.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from .declare import JaxContext, JaxModel, Spec
+from .trees import Leaf, TreeError, flatten, output_specs
 
 JAX_DIR = Path(__file__).resolve().parent
 
@@ -67,20 +69,28 @@ def groups_of(mesh: Any, group_axes: tuple[str, ...]) -> list[list[int]]:
     return [[int(v) for v in row] for row in np.transpose(idx, perm).reshape(-1, c)]
 
 
-def relation_of(spec: Spec, shape: tuple[int, ...], mesh: Any, group_axes: tuple[str, ...], what: str) -> tuple[dict[str, Any], tuple[int, ...]]:
-    """The relation of a value with ``spec`` to the baseline value, and the baseline's shape."""
+def relation_of(spec: Spec, shape: tuple[int, ...], mesh: Any, group_axes: tuple[str, ...], what: str, per_group: bool = False) -> tuple[dict[str, Any], tuple[int, ...]]:
+    """The relation of a value with ``spec`` to the baseline value, and the baseline's shape.
+
+    ``shape`` is the global shape of an input; with ``per_group`` it is already one group's (a
+    baseline output's): a dim split over a non-group (data-parallel) axis is that group's part,
+    so it is not divided again."""
     local = list(shape)
     rel: dict[str, Any] = {"relation": "duplicate"}
     if len(spec) > len(shape):
         raise SpecError(f"{what}: spec {spec} has more entries than the shape {shape} has dims")
     for d, entry in enumerate(spec):
         axes = _axes_of(entry)
+        for a in axes:
+            if a not in mesh.shape:
+                raise SpecError(f"{what}: dim {d} is split over {a!r}, which is not an axis of the mesh {tuple(mesh.axis_names)}")
         grouped = tuple(a for a in axes if a in group_axes)
         other = [a for a in axes if a not in group_axes]
-        for a in other:
-            if local[d] % mesh.shape[a]:
-                raise SpecError(f"{what}: dim {d} of {shape} does not divide over axis '{a}' ({mesh.shape[a]})")
-            local[d] //= mesh.shape[a]
+        if not per_group:
+            for a in other:
+                if local[d] % mesh.shape[a]:
+                    raise SpecError(f"{what}: dim {d} of {shape} does not divide over axis '{a}' ({mesh.shape[a]})")
+                local[d] //= mesh.shape[a]
         if grouped:
             if grouped != group_axes or other:
                 raise SpecError(f"{what}: dim {d} is split over {axes}; the group axes {group_axes} must split it together, in this order, and alone")
@@ -95,21 +105,51 @@ def relation_of(spec: Spec, shape: tuple[int, ...], mesh: Any, group_axes: tuple
     return rel, tuple(local)
 
 
-def derive(model: JaxModel, name: str) -> dict[str, Any]:
+def derive(model: JaxModel, name: str, leaves: list[Leaf]) -> dict[str, Any]:
     mesh = model.mesh
     group_axes = tuple(model.group_axes) if model.group_axes is not None else tuple(mesh.axis_names)
     for a in group_axes:
         if a not in mesh.axis_names:
             raise SpecError(f"{name}: group axis '{a}' is not an axis of the mesh {tuple(mesh.axis_names)}")
     inputs, base_shapes = [], []
-    for i, inp in enumerate(model.inputs):
-        rel, local = relation_of(tuple(inp.spec), tuple(inp.shape), mesh, group_axes, f"{name}: input {inp.name}")
+    for i, leaf in enumerate(leaves):
+        what = f"{name}: input {leaf.name}"
+        rel, local = relation_of(tuple(leaf.spec), leaf.shape, mesh, group_axes, what)
         entry = {"baseline": i, "distributed": i, **rel}
-        if inp.int_range is not None:
-            entry["int_range"] = [int(inp.int_range[0]), int(inp.int_range[1])]
+        if leaf.int_range is not None:
+            entry["int_range"] = [int(leaf.int_range[0]), int(leaf.int_range[1])]
         inputs.append(entry)
         base_shapes.append(local)
     return {"groups": groups_of(mesh, group_axes), "inputs": inputs, "base_shapes": base_shapes, "group_axes": group_axes}
+
+
+@contextlib.contextmanager
+def _sharding_context(model: JaxModel) -> Iterator[None]:
+    """Where the distributed function is traced: the model's mesh in force (for
+    ``with_sharding_constraint`` with bare PartitionSpecs) and, for flax code, its logical axis
+    rules (``nn.with_logical_constraint`` is a no-op without them, as in the baseline)."""
+    import jax
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(jax.set_mesh(model.mesh))
+        if model.rules is not None:
+            from flax.linen import logical_axis_rules
+
+            stack.enter_context(logical_axis_rules(list(model.rules)))
+        yield
+
+
+def _rules(model: JaxModel) -> Sequence[tuple[str, Any]] | None:
+    """The model's logical axis rules, else flax's rules in force now (if flax is in use)."""
+    if model.rules is not None:
+        return list(model.rules)
+    import sys
+
+    if "flax" in sys.modules:
+        from flax.linen import get_logical_axis_rules
+
+        return list(get_logical_axis_rules()) or None
+    return None
 
 
 def build_one(model: JaxModel, name: str, out: Path, dump: Path) -> None:
@@ -117,27 +157,33 @@ def build_one(model: JaxModel, name: str, out: Path, dump: Path) -> None:
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    d = derive(model, name)
-    base_args = [jax.ShapeDtypeStruct(s, inp.dtype) for s, inp in zip(d["base_shapes"], model.inputs, strict=True)]
-    dist_args = [jax.ShapeDtypeStruct(tuple(inp.shape), inp.dtype) for inp in model.inputs]
-    base_lowered = jax.jit(model.baseline).lower(*base_args)
-    n_out = len(jax.tree_util.tree_leaves(base_lowered.out_info))
-    out_specs = list(model.outputs) if model.outputs is not None else [()] * n_out
-    if len(out_specs) != n_out:
-        raise SpecError(f"{name}: {len(out_specs)} output specs for {n_out} outputs")
-    base_out = jax.tree_util.tree_leaves(base_lowered.out_info)
+    rules = _rules(model)
+    try:
+        leaves, rebuild = flatten(model.inputs, model.mesh, rules)
+    except TreeError as e:
+        raise SpecError(f"{name}: {e}") from e
+    d = derive(model, name, leaves)
+    base_args = rebuild([jax.ShapeDtypeStruct(s, leaf.dtype) for s, leaf in zip(d["base_shapes"], leaves, strict=True)])
+    dist_args = rebuild([jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=NamedSharding(model.mesh, P(*leaf.spec))) for leaf in leaves])
+    # keep_unused: every leaf stays a parameter, so parameter i is leaf i in both programs.
+    base_lowered = jax.jit(model.baseline, keep_unused=True).lower(*base_args)
+    base_out, out_tree = jax.tree_util.tree_flatten(base_lowered.out_info)
+    try:
+        out_specs = output_specs(model.outputs, len(base_out), model.mesh, rules)
+    except TreeError as e:
+        raise SpecError(f"{name}: {e}") from e
     outputs = []
     for k, (spec, o) in enumerate(zip(out_specs, base_out, strict=True)):
         # The baseline's output shape is one group's: a group-sharded dim is c times the local.
-        rel, _ = relation_of(tuple(spec), tuple(o.shape), model.mesh, d["group_axes"], f"{name}: output {k}")
+        rel, _ = relation_of(tuple(spec), tuple(o.shape), model.mesh, d["group_axes"], f"{name}: output {k}", per_group=True)
         outputs.append({"baseline": k, "distributed": k, **rel})
-    in_sh = tuple(NamedSharding(model.mesh, P(*inp.spec)) for inp in model.inputs)
-    if model.gspmd:
-        out_sh = tuple(NamedSharding(model.mesh, P(*s)) for s in out_specs)
-        jitted = jax.jit(model.distributed, in_shardings=in_sh, out_shardings=out_sh if n_out != 1 else out_sh[0])
-    else:
-        jitted = jax.jit(model.distributed, in_shardings=in_sh)
-    lowered = jitted.lower(*dist_args)
+    with _sharding_context(model):
+        if model.gspmd:
+            out_sh = jax.tree_util.tree_unflatten(out_tree, [NamedSharding(model.mesh, P(*s)) for s in out_specs])
+            jitted = jax.jit(model.distributed, out_shardings=out_sh, keep_unused=True)
+        else:
+            jitted = jax.jit(model.distributed, keep_unused=True)
+        lowered = jitted.lower(*dist_args)
     before = set(dump.iterdir()) if dump.exists() else set()
     compiled = lowered.compile()
     after = [p for p in (set(dump.iterdir()) if dump.exists() else set()) - before if "after_spmd-partitioning" in p.name]
@@ -149,6 +195,8 @@ def build_one(model: JaxModel, name: str, out: Path, dump: Path) -> None:
         (out / "distributed.hlo").write_text(after[0].read_text())
     else:  # one device (nothing to partition): the compiled module is the per-device program
         (out / "distributed.hlo").write_text(compiled.as_text())
+    for entry, leaf in zip(d["inputs"], leaves, strict=True):
+        entry["name"] = leaf.name
     relations = {"groups": d["groups"], "inputs": d["inputs"], "outputs": outputs}
     (out / "relations.yaml").write_text(yaml.safe_dump(relations, sort_keys=False, default_flow_style=None))
 

@@ -16,12 +16,31 @@ An entry point (``module:function`` in a ``framework: jax`` ``.shardproof.yml``)
         )
 
 ``distributed`` is either a ``shard_map`` (written per device, collectives by hand) or a plain
-function that XLA's SPMD partitioner splits (``gspmd=True``: it is jitted with ``in_shardings``
-/ ``out_shardings`` from the specs). Input and output ``spec``s are PartitionSpec entries, one per
-dim (``None``, an axis name or a tuple of names). The front end derives the relations from
-them: the rank groups are the devices along ``group_axes`` (default: every mesh axis), a dim
-split over the group axes is ``sharded`` along it, a dim split over other axes (data parallel)
-is local to the group (the baseline receives one group's part), anything else is ``duplicate``.
+function that XLA's SPMD partitioner splits (``gspmd=True``: it is jitted with the inputs'
+shardings and ``out_shardings`` from the output specs). Input and output ``spec``s are
+PartitionSpec entries, one per dim (``None``, an axis name or a tuple of names). The front end
+derives the relations from them: the rank groups are the devices along ``group_axes`` (default:
+every mesh axis), a dim split over the group axes is ``sharded`` along it, a dim split over
+other axes (data parallel) is local to the group (the baseline receives one group's part),
+anything else is ``duplicate``.
+
+``inputs`` are the positional arguments as the code has them, each a pytree (trees.py): flax
+linen ``variables`` straight from ``jax.eval_shape(model.init, ...)`` (their
+``with_logical_partitioning`` / ``with_partitioning`` boxes give the specs), an nnx module or
+state (``nnx.with_partitioning`` metadata), an optax state built from boxed parameters, arrays
+or ``jax.ShapeDtypeStruct``s with ``NamedSharding``s, or :class:`JaxInput`s. Logical axis names
+map to mesh axes through ``rules`` (flax's ``logical_axis_rules`` form); the distributed
+function is traced with the mesh and those rules in force, so ``nn.with_logical_constraint``
+in the model's code takes effect there (and is a no-op in the single-device baseline)::
+
+    def flax_mlp(ctx: JaxContext) -> JaxModel:
+        mesh = ctx.mesh({"data": 2, "model": 2})
+        model = MLP()
+        x = JaxInput("x", (8, 64), spec=("batch", None))
+        variables = jax.eval_shape(model.init, jax.random.key(0), jax.ShapeDtypeStruct((8, 64), "float32"))
+        return JaxModel(model.apply, model.apply, mesh, [variables, x], gspmd=True,
+                        rules=[("batch", "data"), ("mlp", "model")], group_axes=("model",),
+                        outputs=[("batch", None)])
 """
 
 from __future__ import annotations
@@ -50,12 +69,19 @@ class JaxModel:
     baseline: Callable[..., Any]
     distributed: Callable[..., Any]
     mesh: Any
-    inputs: Sequence[JaxInput]
-    # One spec per output leaf (default: every output replicated over the group).
-    outputs: Sequence[Spec] | None = None
+    # The positional arguments: each a JaxInput or a pytree of them, of arrays, of
+    # ShapeDtypeStructs or of flax-boxed arrays (see the module's doc).
+    inputs: Sequence[Any]
+    # One spec per output leaf, or a pytree of PartitionSpecs shaped like the output (default:
+    # every output replicated over the group).
+    outputs: Any = None
     group_axes: tuple[str, ...] | None = None
     gspmd: bool = False
     description: str = ""
+    # Logical axis rules, ((logical name, mesh axis | tuple of axes | None), ...): how the
+    # logical names of input/output specs and of flax boxes map to the mesh (default: the
+    # boxes' own rules, else flax's rules in force at build time).
+    rules: Sequence[tuple[str, Any]] | None = None
 
 
 @dataclass
