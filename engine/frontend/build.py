@@ -180,6 +180,48 @@ def _module_scopes(module: Any, path: list[str] | None = None) -> Iterator[None]
         stack.clear()
 
 
+def _legacy_sizes(torch: Any, args: tuple[Any, ...]) -> bool:
+    """Whether ``torch.Tensor(*args)`` is the legacy constructor's sizes form (``torch.Tensor(4,
+    3)``, ``torch.Tensor(torch.Size([4, 3]))``, ``torch.Tensor()``), not a tensor of data."""
+    if len(args) == 1 and isinstance(args[0], torch.Size):
+        return True
+    return all(isinstance(a, int) and not isinstance(a, bool) for a in args)
+
+
+@contextmanager
+def meta_device() -> Iterator[None]:
+    """``torch.device("meta")`` for building modules, the legacy constructor included.
+
+    The device context reaches factory functions (``torch.empty``) but not ``torch.Tensor(4,
+    3)``, which still allocates on the CPU. Code written before ``torch.empty`` (fairscale's
+    model-parallel layers: ``Parameter(torch.Tensor(out, in))``, then ``torch.cat(pieces,
+    out=weight)`` from a master weight the context puts on meta) then mixes the devices and fails
+    with a meta->cpu copy, and a large model would allocate every weight. While modules are
+    built, the sizes form of ``torch.Tensor(...)`` makes an uninitialized meta tensor of the
+    default dtype, as ``torch.empty`` does under the context; ``torch.Tensor(data)`` and the
+    typed legacy classes (``torch.LongTensor(range(n))``, values that matter) are untouched.
+    """
+    import torch
+
+    own = torch.Tensor.__dict__.get("__new__")
+    inherited = torch._C.TensorBase.__new__
+
+    def new(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        if cls is torch.Tensor and not kwargs and _legacy_sizes(torch, args):
+            return torch.empty(*(args or (0,)), dtype=torch.get_default_dtype(), device="meta")
+        return (own or inherited)(cls, *args, **kwargs)
+
+    with torch.device("meta"):
+        torch.Tensor.__new__ = staticmethod(new)  # type: ignore[assignment]
+        try:
+            yield
+        finally:
+            if own is None:
+                del torch.Tensor.__new__
+            else:
+                torch.Tensor.__new__ = own  # type: ignore[assignment]
+
+
 def _python_stack(start: Any) -> list[tuple[str, int, str]]:
     """(file, line, function) of ``start`` and its callers, innermost first."""
     out = []
@@ -459,7 +501,7 @@ def build(request: BuildRequest) -> dict[str, Any]:
     fn = load_entry(request.entry, request.python_path)
     ctx = BuildContext(request.name, request.c, request.groups, request.variant, request.size)
     try:
-        with torch.device("meta"):
+        with meta_device():
             decl = _check_model(fn(ctx))
     except KnobError as e:
         raise DeclarationError(str(e), f"size.{e.key}") from e
@@ -478,7 +520,7 @@ def build(request: BuildRequest) -> dict[str, Any]:
 
     t = time.perf_counter()
     rank = capture.placeholder((), torch.int32)
-    with torch.device("meta"):
+    with meta_device():
         program = decl.distributed(rank)
     dist_inputs = {i.name: capture.placeholder(_local_shape(i, c), _dtype(i.dtype)) for i in decl.inputs}
     dist = _trace(program, dist_inputs, "distributed", root, exclude, request.source_packages)

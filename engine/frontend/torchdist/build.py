@@ -37,7 +37,7 @@ def _declare(request: common.BuildRequest, fn: Any, rank: int, world: int) -> An
     shims.setup_megatron_rng()
     ctx = common.BuildContext(request.name, request.c, request.groups, request.variant, request.size)
     try:
-        with torch.device("meta"), shims.cuda_as_xla(meta=True):
+        with common.meta_device(), shims.cuda_as_xla(meta=True):
             decl = common._check_model(fn(ctx))
     except common.KnobError as e:
         raise common.DeclarationError(str(e), f"size.{e.key}") from e
@@ -69,7 +69,7 @@ def _rank_child(request: common.BuildRequest, fn: Any, rank: int, world: int, fo
         backend.start(0, world)
     else:
         decl, ctx = _declare(request, fn, rank, world)
-    with torch.device("meta"), shims.cuda_as_xla(meta=True):
+    with common.meta_device(), shims.cuda_as_xla(meta=True):
         program = decl.distributed(rank)
     inputs = {i.name: capture.placeholder(common._local_shape(i, c), common._dtype(i.dtype)) for i in decl.inputs}
     dist = _trace(program, inputs, "distributed", request)
@@ -169,7 +169,7 @@ def build(request: common.BuildRequest) -> dict[str, Any]:
         "rank": "int",
         "ranks": len(world),
         "rank_seconds": per_rank,
-        "lifted": {"tables": lifted.tables, "affine": lifted.affine, "merged_groups": lifted.merged_groups},
+        "lifted": {"tables": lifted.tables, "affine": lifted.affine, "merged_groups": lifted.merged_groups, "round_trips": lifted.round_trips, "faithful": lifted.faithful},
         "rank_specific": findings,
         "hlo_bytes": {"baseline": (folder / "baseline.hlo").stat().st_size, "distributed": len(lifted.text)},
         "timings": {k: round(v, 4) for k, v in timings.items()},
