@@ -51,6 +51,8 @@ CASES = [
     ("s8_iota_positions_wrap", _sub(r"s8\[256\]", "s16[256]")),
     # An s16 index table of 512 counts exactly; a u8 one wraps at 256.
     ("u8_argmax_index_wraps", _sub(r"\bu8\b", "s16")),
+    # The same permute around the tp ring (within each group) instead of across the dp axis.
+    ("dp_permute_mixes_groups", _sub(r"source_target_pairs=\{\{0,2\},\{2,0\},\{1,3\},\{3,1\}\}", "source_target_pairs={{0,1},{1,0},{2,3},{3,2}}", "distributed")),
 ]
 
 
@@ -59,10 +61,13 @@ def test_hole_is_closed_and_the_programs_really_differ(name: str, twin: Callable
     base, dist, rel = _load(name)
     assert _verdict(base, dist, rel) != "verified"
     meta = yaml.safe_load((REGRESSIONS / name / "expect.yaml").read_text()) or {}
-    if meta.get("numeric"):
-        pytest.skip(str(meta["numeric"]))
     oracle = pytest.importorskip("oracle")
-    assert not all(oracle.run_pair(base, dist, rel, seed=s).equal for s in range(3))
+    differs = not all(oracle.run_pair(base, dist, rel, seed=s).equal for s in range(3))
+    if meta.get("numeric") and not differs:
+        # A pair the witness cannot yet tell apart (expect.yaml says why): the verdict above is
+        # the regression; the numeric check starts to bite once the witness can.
+        pytest.skip(str(meta["numeric"]))
+    assert differs
 
 
 @pytest.mark.parametrize(("name", "twin"), CASES, ids=[c[0] for c in CASES])

@@ -44,6 +44,8 @@ group size ``c``, computed here once per distinct signature and loaded as TSV ta
                              (alltoall_layouts).
 ``alltoalldim(k, s)``        k is an array all-to-all along dim s (split count c, the extent of
                              s divisible by c) over the sharding groups in order.
+``permuteall(k)``            collective-permute k sends within each group (permute_within_groups)
+                             and every rank of every group receives exactly once.
 ``cpshift(k, m)``           collective-permute k shifts every group's ring by m (ring_shift).
 ``cpmirror(k)``              collective-permute k sends group[i] to group[c-1-i] in every group
                              (rules/window.egg, the mirrored block).
@@ -559,7 +561,13 @@ class Tables:
                 self.add("winmoves", k, d, sig.with_dims([s, ()], s).key())
 
     def permute(self, sig: Sig, ins: Instruction, groups: list[list[int]]) -> None:
+        """Group condition of every permute law: each pair sends within one sharding group.
+        The relations hold per group (a duplicate is its own group's baseline value; data-
+        parallel groups hold different data), so a pair from one group to another delivers
+        another group's value, which no relation of the receiving group describes."""
         pairs = ins.parsed.get("source_target_pairs") or []
+        if not permute_within_groups(pairs, groups):
+            return
         targets = {t for _, t in pairs}
         if all(set(g) <= targets for g in groups) and len(targets) == len(pairs):
             self.add("permuteall", sig.key())
@@ -586,6 +594,13 @@ def custom_call_problem(rule: CustomCallRule, out: tuple[str, Dims], operands: l
         if bad:
             return f"{where}, but its result has only {len(out[1])} dims (no dim {bad[0]})"
     return None
+
+
+def permute_within_groups(pairs: list[list[int]] | list[tuple[int, int]], groups: list[list[int]]) -> bool:
+    """Every (source, target) pair lies inside one group, and every device of a pair is in a
+    group (a device outside every group runs no rank of the program)."""
+    group_of = {dev: k for k, g in enumerate(groups) for dev in g}
+    return all(len(p) == 2 and p[0] in group_of and group_of.get(p[0]) == group_of.get(p[1]) for p in pairs)
 
 
 def ring_shift(pairs: list[list[int]] | list[tuple[int, int]], groups: list[list[int]]) -> int | None:
