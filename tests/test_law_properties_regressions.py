@@ -52,6 +52,8 @@ CASES = [
     # An s16 index table of 512 counts exactly; a u8 one wraps at 256.
     ("u8_argmax_index_wraps", _sub(r"\bu8\b", "s16")),
     # The same permute around the tp ring (within each group) instead of across the dp axis.
+    # A guard the zero tail passes unchanged (0 < 0 is false) instead of one it trips (0 < 1).
+    ("padded_int_range_on_tail", _sub(r"%one = s32\[\] constant\(1\)", "%one = s32[] constant(0)", "distributed")),
     ("dp_permute_mixes_groups", _sub(r"source_target_pairs=\{\{0,2\},\{2,0\},\{1,3\},\{3,1\}\}", "source_target_pairs={{0,1},{1,0},{2,3},{3,2}}", "distributed")),
 ]
 

@@ -25,7 +25,7 @@ from ..relations import Binding, RelationSpec
 from .egg import RunStats
 from .facts import Fact, Facts, carried_seeds
 from .graph import Graphs, build
-from .inputs import outputs
+from .inputs import outputs, range_seeds
 from .layouts import LayoutSolver
 
 # (output j, relation, rule, seed template, baseline target: ("out"|"ext", index) or None)
@@ -67,8 +67,7 @@ def seeds(fl: FoldedLayer, g: Graphs, bound: list[tuple[Binding, Instruction | N
             continue
         if bp is None or bp.name not in b_names:
             # Only the distributed side is read here: its integer range still holds.
-            if b.int_range is not None and b.relation.kind != "partial":  # a partial's range bounds the baseline
-                out.append(f"(inrange (N @D{d_names[dp.name]}@) {int(b.int_range[0])} {int(b.int_range[1])})")
+            out.extend(range_seeds(b, None, f"@D{d_names[dp.name]}@"))
             continue
         out.extend(binding_seeds(b, f"@B{b_names[bp.name]}@", f"@D{d_names[dp.name]}@"))
     for dg, j in d_pos.items():

@@ -98,3 +98,29 @@ def _check_shapes(path: str, b: Binding, bp: Instruction, dp: Instruction, c: in
         expect[d] = w
     if list(ds.dims) != expect:
         raise InputError(path, b.key, f"distributed {dp.name} is {ds}, but {rel.describe()} of baseline {bp.name} ({bs}) needs {bs.dtype}[{','.join(map(str, expect))}]")
+
+
+def range_seeds(b: Binding, bg: int | str | None, dg: int | str) -> list[str]:
+    """The ``inrange`` facts (rules/slicing.egg) a declared ``int_range: [lo, hi)`` states, for
+    baseline node ``bg`` (None when only the distributed side is in view) and distributed node
+    ``dg``. The range bounds the baseline value. It holds on the ranks' pieces only where they
+    hold nothing but baseline values:
+
+    - duplicate, sharded: each piece is (a block of) the baseline value: [lo, hi) there;
+    - partial: the pieces sum (max, min) to the baseline value and are unbounded themselves:
+      the range goes on the baseline only (the witness draws it so);
+    - padded: past the baseline's extent a piece holds the zero tail, a value the baseline
+      does not hold, so the pieces lie in [lo, hi) joined with {0}; the baseline in [lo, hi)
+      (a guard such as ``where(w < 1, d, w)`` is then not decided false on the tail)."""
+    if b.int_range is None:
+        return []
+    lo, hi = int(b.int_range[0]), int(b.int_range[1])
+    kind = b.relation.kind
+    out: list[str] = []
+    if bg is not None and kind in ("partial", "padded"):
+        out.append(f"(inrange (N {bg}) {lo} {hi})")
+    if kind == "padded":
+        out.append(f"(inrange (N {dg}) {min(lo, 0)} {max(hi, 1)})")
+    elif kind != "partial":
+        out.append(f"(inrange (N {dg}) {lo} {hi})")
+    return out

@@ -20,7 +20,7 @@ from . import folded, partition
 from .egg import ITERATIONS, LAYOUT_ROUNDS, NODES, SECONDS, RunStats, Session, fresh_session
 from .facts import Fact, Facts, carried_seeds, expected_text, public_bijections, read_facts
 from .graph import ELIDED_HINT, Graphs, Node, build, elided_constants
-from .inputs import check_inputs, outputs, param
+from .inputs import check_inputs, outputs, param, range_seeds
 from .layouts import LayoutSolver
 from .localize import localize, trace
 from .partition import Segment, plan
@@ -225,11 +225,8 @@ def _binding_seeds(b: Binding, bg: int | str, dg: int | str) -> list[str]:
     elif rel.kind == "padded":
         # rules/padded.egg: zero-padded (z = 1), rank r holds [r·width, r·width + width).
         seeds.append(f"(pad (N {bg}) (N {dg}) {rel.dim} {rel.width} 1)")
-    if b.int_range is not None:
-        # On a partial input the range bounds the baseline value (the sum, maximum or minimum
-        # of the pieces; the witness draws it so), not the ranks' pieces.
-        node = bg if rel.kind == "partial" else dg
-        seeds.append(f"(inrange (N {node}) {int(b.int_range[0])} {int(b.int_range[1])})")
+    # A declared range bounds the baseline value; on the pieces only where they hold nothing else.
+    seeds.extend(range_seeds(b, bg, dg))
     return seeds
 
 
@@ -408,8 +405,7 @@ def _prepare_views(g: Graphs, names: dict[str, list[str]], sides: dict[str, part
             continue
         if bp is None or ("baseline", bp.name) not in pos:
             # Only the distributed side is read here: its integer range still holds.
-            if b.int_range is not None and b.relation.kind != "partial":  # a partial's range bounds the baseline
-                seeds.append(f"(inrange (N {pos[('distributed', dp.name)]}) {int(b.int_range[0])} {int(b.int_range[1])})")
+            seeds.extend(range_seeds(b, None, pos[("distributed", dp.name)]))
             continue
         seeds.extend(_binding_seeds(b, pos[("baseline", bp.name)], pos[("distributed", dp.name)]))
     mentioned: set[str] = set()
