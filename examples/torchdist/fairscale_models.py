@@ -149,16 +149,16 @@ class Mlp(torch.nn.Module):
 
 
 class Embeddings(torch.nn.Module):
-    """Both of fairscale's embeddings: vocabulary-parallel (masked lookup, all-reduce) and
-    embedding-dim-parallel (all-gather of the last dim)."""
+    """One of fairscale's embeddings: embedding-dim-parallel (``ParallelEmbedding``: a lookup in
+    the rank's columns, all-gathered along the last dim) or vocabulary-parallel
+    (``VocabParallelEmbedding``: ids outside the rank's rows masked, lookups all-reduced)."""
 
-    def __init__(self, vocab: int, dim: int) -> None:
+    def __init__(self, vocab: int, dim: int, vocab_parallel: bool) -> None:
         super().__init__()
-        self.words = VocabParallelEmbedding(vocab, dim)
-        self.positions = ParallelEmbedding(vocab, dim)
+        self.embed = VocabParallelEmbedding(vocab, dim) if vocab_parallel else ParallelEmbedding(vocab, dim)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.words(tokens) + self.positions(tokens)
+        return self.embed(tokens)
 
 
 def _sizes(ctx: BuildContext) -> dict[str, int]:
@@ -211,16 +211,17 @@ def mlp(ctx: BuildContext) -> Model:
 
 def embeddings(ctx: BuildContext) -> Model:
     n = _sizes(ctx)
+    vocab_parallel = ctx.knob("vocab_parallel", False)
     model_parallel(1)
-    baseline = Embeddings(n["vocab"], n["dim"])
+    baseline = Embeddings(n["vocab"], n["dim"], vocab_parallel)
 
     def distributed(rank: int) -> Embeddings:
         model_parallel(ctx.tp)
-        return Embeddings(n["vocab"], n["dim"])
+        return Embeddings(n["vocab"], n["dim"], vocab_parallel)
 
     return Model(
         baseline=baseline,
         distributed=distributed,
         inputs=[Input("tokens", (n["batch"], n["seq"]), "int64", int_range=(0, n["vocab"]))],
-        plan={"words": {"shard": 0}, "positions": {"shard": 1}},
+        plan={"embed": {"shard": 0 if vocab_parallel else 1}},
     )

@@ -409,9 +409,15 @@ def _make_group_class() -> type:
 
         def allgather(self, output_lists: list[list[Any]], inputs: list[Any], opts: Any = None) -> Any:
             for outputs, inp in zip(output_lists, inputs, strict=True):
-                gathered = _all_gather(inp.unsqueeze(0), 0, self.ranks)
+                # Gathered along dim 0 as it is (a 0-d tensor as a 1-element one): piece i is
+                # rows [i*n, (i+1)*n). A new leading dim would be one more reshape of the
+                # gathered value for the verifier to see through, of a tensor that may already
+                # be a reshaped view (an embedding lookup's rows).
+                piece = inp if inp.dim() else inp.reshape(1)
+                n = int(piece.shape[0])
+                gathered = _all_gather(piece, 0, self.ranks)
                 for i, out in enumerate(outputs):
-                    out.copy_(gathered[i])
+                    out.copy_(gathered.narrow(0, i * n, n).reshape(out.shape))
             return _work([t for sub in output_lists for t in sub])
 
         def _reduce_scatter_base(self, output: Any, input_: Any, opts: Any) -> Any:

@@ -21,6 +21,7 @@ from typing import Any
 
 from .. import build as common
 from .. import capture
+from ..dtensor.host import declaring
 from . import backend, shims
 from .lift import lift, source_reader
 
@@ -31,13 +32,12 @@ def _hidden(request: common.BuildRequest) -> list[str]:
 
 
 def _declare(request: common.BuildRequest, fn: Any, rank: int, world: int) -> Any:
-    import torch
 
     backend.start(rank, world)
     shims.setup_megatron_rng()
     ctx = common.BuildContext(request.name, request.c, request.groups, request.variant, request.size)
     try:
-        with common.meta_device(), shims.cuda_as_xla(meta=True):
+        with common.meta_device(), shims.cuda_as_xla(meta=True), declaring(world, request.groups):
             decl = common._check_model(fn(ctx))
     except common.KnobError as e:
         raise common.DeclarationError(str(e), f"size.{e.key}") from e
@@ -54,7 +54,6 @@ def _trace(program: Any, inputs: dict[str, Any], where: str, request: common.Bui
 
 def _rank_child(request: common.BuildRequest, fn: Any, rank: int, world: int, folder: Path) -> dict[str, Any]:
     """Runs in rank ``rank``'s child: trace (and for rank 0 the baseline and relations)."""
-    import torch
 
     timings: dict[str, float] = {}
     c = request.c
@@ -69,7 +68,7 @@ def _rank_child(request: common.BuildRequest, fn: Any, rank: int, world: int, fo
         backend.start(0, world)
     else:
         decl, ctx = _declare(request, fn, rank, world)
-    with common.meta_device(), shims.cuda_as_xla(meta=True):
+    with common.meta_device(), shims.cuda_as_xla(meta=True), declaring(world, request.groups):
         program = decl.distributed(rank)
     inputs = {i.name: capture.placeholder(common._local_shape(i, c), common._dtype(i.dtype)) for i in decl.inputs}
     dist = _trace(program, inputs, "distributed", request)
