@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from .errors import EXIT_INTERNAL, InputError, InternalError, internal, is_crash, phase
+from .relations import ASSUMPTIONS
 
 if TYPE_CHECKING:
     from .analysis.verify import Result
@@ -68,14 +69,14 @@ def _check_pair(args: argparse.Namespace, inputs: dict[str, str]) -> tuple[Resul
     """Verify the pair, write ``--json``: the result and the lines to print."""
     import time
 
-    from .analysis.check import check_files
+    from .analysis.check import check_files, verdict_label
     from .analysis.verify import Budget
-    from .relations import load_relations
+    from .relations import load_relations, with_assumptions
     from .sourcemap import SourceMap
 
     t = time.perf_counter()
     with phase("read", str(args.relations)) as p:
-        spec = load_relations(args.relations)
+        spec = with_assumptions(load_relations(args.relations), args.assume or [])
         sm = None
         if args.sourcemap:
             p.at(str(args.sourcemap))
@@ -90,7 +91,7 @@ def _check_pair(args: argparse.Namespace, inputs: dict[str, str]) -> tuple[Resul
         doc["inputs"] = inputs
         if args.json:
             Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
-        lines = [f"{result.verdict}: {result.reason}"]
+        lines = [f"{verdict_label(result.verdict, result.assumptions)}: {result.reason}"]
         for d in result.divergences:
             src = d["source"]
             where = f"{src['file']}:{src['line']}" if src["file"] else f"<no source: {src.get('why', 'unknown')}>"
@@ -121,7 +122,7 @@ def _record_internal(e: InternalError, inputs: dict[str, str], json_path: Path |
 
         doc = Result(ERROR, reason=str(e), error=e.to_json()).to_json()
     except Exception:  # the crash may be that very module (a half-edited file): its fields by hand
-        doc = {"verdict": "error", "reason": str(e), "outputs": [], "divergences": [], "unsupported": [], "trace": [], "bijections": [], "stats": {}, "timings": {}, "error": e.to_json(), "witness": None}
+        doc = {"verdict": "error", "reason": str(e), "outputs": [], "divergences": [], "unsupported": [], "trace": [], "bijections": [], "stats": {}, "timings": {}, "error": e.to_json(), "witness": None, "assumptions": []}
     doc["inputs"] = inputs
     try:
         Path(json_path).write_text(json.dumps(doc, indent=2) + "\n")
@@ -131,13 +132,15 @@ def _record_internal(e: InternalError, inputs: dict[str, str], json_path: Path |
 
 def _witness(args: argparse.Namespace) -> int:
     """Print the comparison of a pair on XLA's CPU runtime; exit 0 equal, 1 different."""
-    from .analysis.check import read_hlo
+    from .analysis.check import executable_text, read_hlo
     from .analysis.witnessing import relations_doc
-    from .relations import load_relations
+    from .relations import load_relations, with_assumptions
     from .witness.pair import WitnessOptions, witness
 
-    spec = load_relations(args.relations)
+    spec = with_assumptions(load_relations(args.relations), args.assume or [])
     texts = [read_hlo(args.baseline), read_hlo(args.distributed)]
+    names = _assumed_names(texts, args) if "elided-constants" in spec.assume else []
+    texts = [executable_text(t, names) for t in texts]
     options = WitnessOptions(seeds=tuple(args.seed or (0, 1, 2)), memory_mb=args.memory_mb, max_instructions=1 << 62, recheck_f64=not args.no_recheck, stop_at_first_difference=False)
     try:
         report = witness(*texts, relations_doc(spec), options)
@@ -146,6 +149,15 @@ def _witness(args: argparse.Namespace) -> int:
         return 2
     print(report.summary())
     return 0 if report.equal else 1
+
+
+def _assumed_names(texts: list[str], args: argparse.Namespace) -> list[str]:
+    """The elided constants ``check`` assumes equal in this pair (filled alike for execution)."""
+    from .analysis.check import _parse
+    from .hlo.literals import assume_elided_equal
+
+    base, dist = _parse(texts[0], str(args.baseline)), _parse(texts[1], str(args.distributed))
+    return [p.name for p in assume_elided_equal(base, dist)[0]]
 
 
 def build_parser(extensions: bool = True) -> argparse.ArgumentParser:
@@ -168,6 +180,7 @@ def build_parser(extensions: bool = True) -> argparse.ArgumentParser:
     c.add_argument("--witness", choices=("auto", "always", "never"), default="auto", help="numeric witness (XLA's CPU runtime executes both programs): auto = on outcomes that are not verified (default), always = verified pairs too (a difference is a soundness error, exit 4), never")
     c.add_argument("--witness-memory-mb", type=float, default=2048.0, help="the witness executes nothing whose estimated memory (all ranks) exceeds this (default 2048)")
     c.add_argument("--witness-max-instructions", type=int, default=6000, help="nor a pair with more instructions than this (compile time; default 6000); above either, only the diverging instructions are executed")
+    c.add_argument("--assume", action="append", choices=ASSUMPTIONS, help="state an assumption the verdict then rests on (and names): elided-constants = an elided constant ({...}) of the distributed program equals the baseline's of the same name, shape and type (repeatable; also `assume:` in the relations file)")
     c.set_defaults(func=_check)
     w = sub.add_parser("witness", help="execute a pair on XLA's CPU runtime and compare its outputs (the reproducing command of a witness)")
     w.add_argument("baseline", type=Path)
@@ -176,6 +189,7 @@ def build_parser(extensions: bool = True) -> argparse.ArgumentParser:
     w.add_argument("--seed", type=int, action="append", help="random-input seed (repeatable; default 0, 1, 2)")
     w.add_argument("--memory-mb", type=float, default=float("inf"), help="refuse pairs estimated above this (default: no limit)")
     w.add_argument("--no-recheck", action="store_true", help="do not recheck differences in f64")
+    w.add_argument("--assume", action="append", choices=ASSUMPTIONS, help="elided-constants: fill each elided constant and its namesake in the other program with the same values")
     w.set_defaults(func=_witness)
     # Later stages of the flow register their own subcommands (build/run: front end;
     # report/github: the bot). Each module exposes register(subparsers); imports stay light.

@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, phase
+from ..hlo.flavours import neuron_executable
 from ..hlo.fold import fold
+from ..hlo.literals import assume_elided_equal
 from ..hlo.parser import parse_hlo
 from ..ir import Module
-from ..relations import RelationSpec
+from ..relations import ASSUMPTION_TEXT, RelationSpec
 from ..sourcemap import SourceMap
 from .folded import FoldMismatch
 from .partition import DEFAULT_LAYER_PATTERN
@@ -44,13 +46,44 @@ def _parse(text: str, path: str, note: str = "") -> Module:
         return parse_hlo(text, path)
 
 
+def _parse_pair(spec: RelationSpec, texts: dict[str, str], paths: dict[str, str], note: str, assumed: dict[str, Any]) -> tuple[Module, Module]:
+    """Both modules parsed; with the elided-constants assumption, each elided constant with a
+    namesake of the same shape and type in the other program marked assumed equal to it
+    (hlo.literals.assume_elided_equal). ``assumed`` receives the pairs and what stayed unknown."""
+    base = _parse(texts["baseline"], paths["baseline"], note)
+    dist = _parse(texts["distributed"], paths["distributed"], note)
+    if "elided-constants" in spec.assume:
+        pairs, left = assume_elided_equal(base, dist)
+        assumed["pairs"], assumed["left"] = pairs, left
+    return base, dist
+
+
+def _assumptions(spec: RelationSpec, assumed: dict[str, Any]) -> list[dict[str, Any]]:
+    """Result.assumptions: the assumptions the verdict rests on. One the user stated but that
+    equated nothing is not listed: no step of the run used it."""
+    pairs = assumed.get("pairs") or []
+    if "elided-constants" not in spec.assume or not pairs:
+        return []
+    return [{"name": "elided-constants", "text": ASSUMPTION_TEXT["elided-constants"], "constants": [p.to_json() for p in pairs], "not_assumed": list(assumed.get("left") or [])}]
+
+
+def verdict_label(verdict: str, assumptions: list[dict[str, Any]]) -> str:
+    """The verdict as printed: ``verified (assuming elided constants equal by name)`` when it
+    rests on assumptions, so no one reads it as an unconditional proof."""
+    if not assumptions:
+        return verdict
+    return f"{verdict} (assuming {'; '.join(a['text'] for a in assumptions)})"
+
+
 def check_files(spec: RelationSpec, baseline: str | Path, distributed: str | Path, sourcemap: SourceMap | None = None, budget: Budget | None = None, witness: str = "auto", witness_options: Any = None) -> Result:
     """Verify the pair in the two files, then let the numeric witness (engine.witness, see
     analysis.witnessing) confirm or refute what the rules could not prove: ``witness`` is
     ``auto`` (non-verified outcomes), ``always`` (verified pairs too) or ``never``.
     ``witness_options`` may be a function returning them, called only when the witness runs
     (engine.witness imports numpy, ~50 ms of a check that most often verifies without it)."""
-    result = _check_files(spec, baseline, distributed, sourcemap, budget)
+    assumed: dict[str, Any] = {}
+    result = _check_files(spec, baseline, distributed, sourcemap, budget, assumed)
+    result.assumptions = _assumptions(spec, assumed)
     if witness == "never" or (witness == "auto" and result.verdict == VERIFIED):
         return result
     from . import witnessing
@@ -58,16 +91,32 @@ def check_files(spec: RelationSpec, baseline: str | Path, distributed: str | Pat
     t = time.perf_counter()
     paths = {"baseline": os.fspath(baseline), "distributed": os.fspath(distributed)}
     with phase("witness", f"{paths['baseline']} / {paths['distributed']}"):
-        texts = {side: read_hlo(p) for side, p in paths.items()}
+        names = [c["name"].lstrip("%") for a in result.assumptions for c in a["constants"]]
+        texts = {side: executable_text(read_hlo(p), names) for side, p in paths.items()}
         options = witness_options() if callable(witness_options) else witness_options
         result = witnessing.apply(result, spec, paths, texts, witness, options)
+        if result.assumptions and result.witness and result.witness.get("command"):
+            # (said even when the relations file states it too: the command works either way)
+            result.witness["command"] += " --assume elided-constants"
     result.timings["witness"] = time.perf_counter() - t
     return result
 
 
-def _check_files(spec: RelationSpec, baseline: str | Path, distributed: str | Path, sourcemap: SourceMap | None = None, budget: Budget | None = None) -> Result:
+def executable_text(text: str, assumed_equal: list[str]) -> str:
+    """The text the witness executes: each elided constant named in ``assumed_equal`` filled
+    (the same values in both programs: the assumption, executed; engine.witness.inputs), and
+    Neuron's custom-calls spelled out in plain HLO (hlo.flavours.neuron_executable)."""
+    if assumed_equal:
+        from ..witness.inputs import fill_elided
+
+        text = fill_elided(text, assumed_equal)
+    return neuron_executable(text)
+
+
+def _check_files(spec: RelationSpec, baseline: str | Path, distributed: str | Path, sourcemap: SourceMap | None = None, budget: Budget | None = None, assumed: dict[str, Any] | None = None) -> Result:
     """Verify the pair in the two files; timings include reading and parsing them."""
     budget = budget or Budget()
+    assumed = {} if assumed is None else assumed
     sm = sourcemap or SourceMap()
     paths = {"baseline": os.fspath(baseline), "distributed": os.fspath(distributed)}
     t = time.perf_counter()
@@ -91,8 +140,7 @@ def _check_files(spec: RelationSpec, baseline: str | Path, distributed: str | Pa
             note["folded_layers"] = len(f.layers)
             try:
                 t = time.perf_counter()
-                base = _parse(f.baseline_text, paths["baseline"], " (folded)")
-                dist = _parse(f.distributed_text, paths["distributed"], " (folded)")
+                base, dist = _parse_pair(spec, {"baseline": f.baseline_text, "distributed": f.distributed_text}, paths, " (folded)", assumed)
                 timings["parse"] = time.perf_counter() - t
                 result = verify(spec, base, dist, sm, budget, fold=f)
                 if result.verdict == VERIFIED:
@@ -109,8 +157,7 @@ def _check_files(spec: RelationSpec, baseline: str | Path, distributed: str | Pa
             timings = {k: v for k, v in timings.items() if k in ("read", "fold")}
             timings["folded_run"] = sum(result.timings.values()) if "result" in locals() else 0.0
     t = time.perf_counter()
-    base = _parse(texts["baseline"], paths["baseline"])
-    dist = _parse(texts["distributed"], paths["distributed"])
+    base, dist = _parse_pair(spec, texts, paths, "", assumed)
     timings["parse"] = time.perf_counter() - t
     result = verify(spec, base, dist, sm, budget)
     if result.verdict != VERIFIED and result.stats.get("segments", 1) > 1 and len(base.entry.instructions) + len(dist.entry.instructions) <= WHOLE_RERUN_MAX_INSTRUCTIONS:

@@ -10,7 +10,7 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 
-from ..hlo.literals import FLOAT_MAX, int_range, is_int_value, scalar_value
+from ..hlo.literals import ASSUMED_EQUAL, FLOAT_MAX, int_range, is_int_value, scalar_value
 from ..hlo.parser import literal_is_elided
 from ..ir import Computation, Instruction, Module, Shape
 from ..relations import RelationSpec
@@ -98,6 +98,8 @@ def _literal_key(ins: Instruction, gid: int) -> str:
     not even another elided one of the same shape (two different tables would otherwise be
     one; found by review: x * cos(arange(0, 16) * 0.1) against arange(1, 17) verified)."""
     if literal_is_elided(ins.literal):
+        if ins.parsed.get(ASSUMED_EQUAL):  # the user's assumption: one value with its namesake (hlo.literals)
+            return f"const|{ins.shape.dtype}[{'x'.join(map(str, ins.shape.dims))}]|assumed-equal:{ins.parsed[ASSUMED_EQUAL]}"
         return f"const|{ins.shape.dtype}[{'x'.join(map(str, ins.shape.dims))}]|elided#{gid}"
     lit = " ".join((ins.literal or "").split())
     if len(lit) > 200:
@@ -1013,7 +1015,7 @@ def elided_constants(g: Graphs, roots: list[tuple[str, str]]) -> list[Unsupporte
             continue
         seen.add(gid)
         n = g.nodes[gid]
-        if n.ins.opcode == "constant" and literal_is_elided(n.ins.literal):
+        if n.ins.opcode == "constant" and literal_is_elided(n.ins.literal) and not n.ins.parsed.get(ASSUMED_EQUAL):
             line = n.ins.loc.line if n.ins.loc else None
             found.append(Unsupported(n.side, n.ins.name, "constant", f"constant {n.ins.shape} is printed as {{...}}: its values are not in the text, so no proof can use them", line))
         stack.extend(n.operands)

@@ -67,6 +67,9 @@ class Result:
     error: dict[str, str] | None = None  # {"phase", "where", "message"} when verdict == ERROR
     # The numeric witness (engine.witness, run by check.check_files): None when it did not run.
     witness: dict[str, Any] | None = None
+    # What the verdict assumes beyond the rules (relations.ASSUMPTIONS, set by check.check_files):
+    # [{"name", "text", "constants": [...]}]; empty when it assumes nothing.
+    assumptions: list[dict[str, Any]] = field(default_factory=list)
     # The graph and proven facts of the run (not serialized): the witness seeds a segment's
     # inputs with the relations proven for the values it reads.
     context: Any = field(default=None, repr=False, compare=False)
@@ -84,6 +87,7 @@ class Result:
             "timings": {k: round(v, 4) for k, v in self.timings.items()},
             "error": self.error,
             "witness": self.witness,
+            "assumptions": self.assumptions,
         }
 
 

@@ -282,7 +282,7 @@ def verify_model(model: ModelConfig, folder: Path) -> tuple[str, dict[str, Any] 
     """(status, Result.to_json() or None, error) for built artifacts in ``folder``."""
     from ..analysis.check import check_files
     from ..analysis.verify import ERROR, Budget, Result
-    from ..relations import load_relations
+    from ..relations import load_relations, with_assumptions
     from ..sourcemap import SourceMap
 
     budget = Budget(
@@ -295,7 +295,8 @@ def verify_model(model: ModelConfig, folder: Path) -> tuple[str, dict[str, Any] 
     )
     try:
         with phase("read", str(folder / _FILES["relations"])) as p:
-            spec = load_relations(folder / _FILES["relations"])
+            # verify: {assume: [...]} in .shardproof.yml: assumptions the verdict then names.
+            spec = with_assumptions(load_relations(folder / _FILES["relations"]), model.verify.get("assume") or [])
             p.at(str(folder / _FILES["sourcemap"]))
             sourcemap = SourceMap.load(folder / _FILES["sourcemap"])
         from ..witness.pair import DEFAULT_MAX_INSTRUCTIONS, DEFAULT_MEMORY_MB, WitnessOptions

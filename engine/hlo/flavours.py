@@ -458,3 +458,113 @@ def flatten(module: Module) -> Module:
     new.computations = dict(module.computations)
     new.computations[module.entry_name] = Computation(entry.name, out, entry.is_entry, entry.loc)
     return new
+
+
+# --- Neuron (transformers-neuronx / torch-neuronx) ------------------------------------------
+#
+# Neuron's HLO carries two custom-calls XLA:CPU cannot run. The analysis never reads them
+# through this section: the relations file declares what each keeps (custom_calls:
+# AwsNeuronTransferWithStaticRing ``keeps: all``, AwsNeuronRmsNorm ``keeps: [duplicate]`` or
+# ``[duplicate, sharded]`` with ``reduces: [d]``), and the rules use only that declaration.
+# Executing a pair (the numeric witness) needs values, so ``neuron_executable`` spells each
+# call out in plain HLO, as torch-neuronx defines it:
+# - ``AwsNeuronTransferWithStaticRing(x)`` moves x to the device's ring buffer: the identity
+#   (a copy);
+# - ``AwsNeuronRmsNorm(x, w, eps)`` with ``backend_config="d"`` (torch_neuronx RmsNorm.apply(x,
+#   w, eps, d)): x · rsqrt(mean(x², over dim d) + eps) · w (w along dim d), in f32, converted
+#   to the call's result type.
+NEURON_TRANSFER = "AwsNeuronTransferWithStaticRing"
+NEURON_RMSNORM = "AwsNeuronRmsNorm"
+_NEURON_ADD = "neuron.rmsnorm.add"
+
+
+def neuron_executable(text: str) -> str:
+    """``text`` with Neuron's custom-calls spelled out in plain HLO (see above); the text
+    itself when it has none. Instruction names are kept (a call's value keeps its name)."""
+    if NEURON_TRANSFER not in text and NEURON_RMSNORM not in text:
+        return text
+    from .parser import parse_hlo
+    from .printer import print_hlo
+
+    module = parse_hlo(text)
+    used = {i.name for c in module.computations.values() for i in c.instructions}
+    spelled = False
+    for name, comp in list(module.computations.items()):
+        out: list[Instruction] = []
+        by = {i.name: i for i in comp.instructions}
+        for ins in comp.instructions:
+            target = ins.parsed.get("custom_call_target") if ins.opcode == "custom-call" else None
+            if target == NEURON_TRANSFER and len(ins.operands) == 1:
+                out.append(replace(ins, opcode="copy", attrs=_plain_attrs(ins), parsed={}))
+            elif target == NEURON_RMSNORM and len(ins.operands) == 3 and not ins.shape.is_tuple:
+                out.extend(_rmsnorm(ins, by, used))
+                spelled = True
+            else:
+                out.append(ins)
+        module.computations[name] = Computation(comp.name, out, comp.is_entry, comp.loc)
+    if spelled:
+        add = Computation(_NEURON_ADD, [
+            Instruction("neuron.a", "parameter", Shape("f32"), [], parameter_number=0),
+            Instruction("neuron.b", "parameter", Shape("f32"), [], parameter_number=1),
+            Instruction("neuron.sum", "add", Shape("f32"), ["neuron.a", "neuron.b"], is_root=True),
+        ])
+        module.computations = {_NEURON_ADD: add, **module.computations}
+    return print_hlo(module)
+
+
+def _plain_attrs(ins: Instruction) -> dict[str, str]:
+    # A copy takes none of the custom-call's attributes; its metadata (source lines) stays.
+    return {k: v for k, v in ins.attrs.items() if k == "metadata"}
+
+
+def _rmsnorm(ins: Instruction, by: dict[str, Instruction], used: set[str]) -> list[Instruction]:
+    x, w, eps = ins.operands
+    raw = str(ins.attrs.get("backend_config", "")).strip('"')
+    dims = ins.shape.dims
+    try:
+        d = int(raw)
+    except ValueError:
+        return [ins]  # a configuration this spelling does not know: left as the call (XLA refuses it)
+    if not 0 <= d < len(dims):
+        return [ins]
+    meta = _plain_attrs(ins)
+
+    def fresh(stem: str) -> str:
+        k = 0
+        while f"{ins.name}.{stem}{k or ''}" in used:
+            k += 1
+        used.add(n := f"{ins.name}.{stem}{k or ''}")
+        return n
+
+    def shp(ds: tuple[int, ...]) -> Shape:
+        return Shape("f32", ds, ",".join(str(k) for k in reversed(range(len(ds)))))
+
+    full, kept = dims, tuple(n for k, n in enumerate(dims) if k != d)
+    rest = [k for k in range(len(dims)) if k != d]
+    seq: list[Instruction] = []
+
+    def emit(stem: str, opcode: str, shape: Shape, operands: list[str], attrs: dict[str, str] | None = None, literal: str | None = None) -> str:
+        name = fresh(stem)
+        seq.append(Instruction(name, opcode, shape, operands, attrs={**(attrs or {}), **meta}, literal=literal))
+        return name
+
+    def f32(operand: str, shape: tuple[int, ...]) -> str:
+        src = by.get(operand)
+        if src is not None and src.shape.dtype == "f32":
+            return operand
+        return emit("f32", "convert", shp(shape), [operand])
+
+    xf = f32(x, full)
+    wf = f32(w, (full[d],))
+    ef = f32(eps, ())
+    sq = emit("sq", "multiply", shp(full), [xf, xf])
+    zero = emit("zero", "constant", shp(()), [], literal="0")
+    total = emit("sum", "reduce", shp(kept), [sq, zero], {"dimensions": "{" + str(d) + "}", "to_apply": "%" + _NEURON_ADD})
+    count = emit("n", "constant", shp(()), [], literal=str(full[d]))
+    mean = emit("mean", "divide", shp(kept), [total, emit("nb", "broadcast", shp(kept), [count], {"dimensions": "{}"})])
+    var = emit("var", "add", shp(kept), [mean, emit("epsb", "broadcast", shp(kept), [ef], {"dimensions": "{}"})])
+    inv = emit("rsqrt", "rsqrt", shp(kept), [var])
+    scaled = emit("scaled", "multiply", shp(full), [xf, emit("rb", "broadcast", shp(full), [inv], {"dimensions": "{" + ",".join(map(str, rest)) + "}"})])
+    weighted = emit("weighted", "multiply", shp(full), [scaled, emit("wb", "broadcast", shp(full), [wf], {"dimensions": "{" + str(d) + "}"})])
+    seq.append(replace(ins, opcode="convert", operands=[weighted], attrs=meta, parsed={}))
+    return seq

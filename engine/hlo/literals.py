@@ -16,9 +16,14 @@ such literals as opaque (no rule computes with them).
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 import struct
+from dataclasses import dataclass
+from typing import Any
+
+from ..ir import Instruction, Module
 
 INT_BITS = {"s8": 8, "s16": 16, "s32": 32, "s64": 64, "u8": 8, "u16": 16, "u32": 32, "u64": 64}
 FLOAT_TYPES = ("f16", "bf16", "f32", "f64")
@@ -139,3 +144,67 @@ def is_int_value(v: object) -> bool:
 
 def _short(t: str) -> str:
     return t if len(t) <= 40 else t[:37] + "..."
+
+
+# --- the elided-constants assumption -------------------------------------------------------
+
+# Instruction.parsed key of an elided constant assumed equal to its namesake in the other
+# program (relations.ASSUMPTIONS "elided-constants"): the value is the shared name. The
+# analysis gives both constants one literal term (analysis/graph.py), and nothing else: no value
+# is known, so no rule computes with it.
+ASSUMED_EQUAL = "assumed_equal"
+
+
+@dataclass(frozen=True)
+class ElidedPair:
+    """One elided constant of the distributed program assumed equal to the baseline's."""
+
+    name: str
+    shape: str  # e.g. f32[32]
+    baseline_line: int | None
+    distributed_line: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": f"%{self.name}", "shape": self.shape, "baseline_line": self.baseline_line, "distributed_line": self.distributed_line}
+
+
+def _elided_constants(module: Module) -> dict[str, Instruction]:
+    # Only the entry computation's: a constant inside a called computation is named in that
+    # computation's scope (and inlining may rename it), so its name identifies nothing.
+    return {i.name: i for i in module.entry.instructions if i.opcode == "constant" and i.literal is not None and "..." in i.literal}
+
+
+def assume_elided_equal(baseline: Module, distributed: Module) -> tuple[list[ElidedPair], list[str]]:
+    """Mark each elided constant of ``distributed``'s entry computation that has a namesake
+    in ``baseline``'s entry computation — also elided, of the same element type and dims — as
+    assumed equal to it (both get ``parsed[ASSUMED_EQUAL]``; the instructions are replaced by
+    marked copies, the modules' other contents untouched). Returns the pairs, and a sentence
+    for each elided constant left unknown (no namesake, or one of another shape)."""
+    base, dist = _elided_constants(baseline), _elided_constants(distributed)
+    pairs: list[ElidedPair] = []
+    left: list[str] = []
+    marked: dict[str, str] = {}
+    for name, d in dist.items():
+        b = base.get(name)
+        if b is None:
+            left.append(f"distributed %{name} ({d.shape}): the baseline has no elided constant of that name")
+        elif b.shape.dtype != d.shape.dtype or tuple(b.shape.dims) != tuple(d.shape.dims):
+            left.append(f"distributed %{name} is {d.shape}, the baseline's is {b.shape}: not the same shape and type")
+        else:
+            marked[name] = name
+            pairs.append(ElidedPair(name, f"{d.shape.dtype}[{','.join(map(str, d.shape.dims))}]", b.loc.line if b.loc else None, d.loc.line if d.loc else None))
+    for name, b in base.items():
+        if name not in dist:
+            left.append(f"baseline %{name} ({b.shape}): the distributed program has no elided constant of that name")
+    for module in (baseline, distributed):
+        if marked:
+            entry = module.entry
+            entry.instructions = [_marked(i) if i.opcode == "constant" and i.name in marked and "..." in (i.literal or "") else i for i in entry.instructions]
+            entry.reindex()
+    return pairs, left
+
+
+def _marked(ins: Instruction) -> Instruction:
+    new = copy.copy(ins)
+    new.parsed = {**ins.parsed, ASSUMED_EQUAL: ins.name}
+    return new

@@ -8,6 +8,9 @@ inputs. ``inputs`` entries (parameter number, or name with or without ``%``):
 - ``sharded`` (``dim``, optional ``blocks``): rank r gets the r-th of c equal pieces along
   ``dim``; with ``blocks`` the dim is a concatenation of blocks and rank r gets the r-th piece
   of each block, concatenated in block order;
+- ``gathered: {dim, groups}`` on a duplicate or sharded entry (FSDP): rank r's piece is cut
+  further into ``len(group)`` equal blocks along ``dim``, block j to the j-th device of its
+  group in ``groups``;
 - ``padded`` (``dim``, ``width``): the baseline input extended with zeros along ``dim`` to
   c·width elements, and rank r gets elements [r·width, (r+1)·width) of that;
 - ``rank`` (distributed only): integer scalar holding the rank's index in its group;
@@ -156,6 +159,15 @@ def groups_of(relations: dict[str, Any]) -> list[list[int]]:
     return groups
 
 
+def _gathered_blocks(gathered: Any, what: str) -> dict[int, tuple[Any, int, int]]:
+    """device -> (dim, its block's index, blocks) of a ``gathered`` entry ({} without one)."""
+    if gathered is None:
+        return {}
+    if not isinstance(gathered, dict) or not isinstance(gathered.get("groups"), list):
+        raise ValueError(f"{what}.gathered: expected {{dim: D, groups: [[device, ...], ...]}}")
+    return {int(d): (gathered.get("dim"), j, len(g)) for g in gathered["groups"] for j, d in enumerate(g)}
+
+
 def make_inputs(base: Program, dist: Program, relations: dict[str, Any], groups: list[list[int]], seed: int) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
     """(baseline arguments, distributed arguments per global rank) for one seed."""
     rng = np.random.default_rng(seed)
@@ -193,6 +205,7 @@ def make_inputs(base: Program, dist: Program, relations: dict[str, Any], groups:
             raise ValueError(f"inputs[{k}]: distributed parameter {dp.number} listed twice")
         seen.add(dp.number)
         rel = e["relation"]
+        gathered = _gathered_blocks(e.get("gathered"), f"inputs[{k}]")
         for g in groups:
             c = len(g)
             if rel == "rank":
@@ -214,6 +227,9 @@ def make_inputs(base: Program, dist: Program, relations: dict[str, Any], groups:
                     pieces = partial_pieces(rng, x, c, str(e.get("op", "add")))
             for r, gid in enumerate(g):
                 piece = pieces[r]
+                if gathered:
+                    gd, j, m = gathered[gid]
+                    piece = split(piece, norm_dim(gd, piece.ndim, f"inputs[{k}].gathered"), m, None, f"inputs[{k}].gathered")[j]
                 if piece.dtype != dp.dtype or piece.shape != dp.shape:
                     raise ValueError(f"inputs[{k}] ({rel}): rank {r} would get {piece.dtype}{list(piece.shape)} but distributed parameter {dp.number} ({dp.name}) is {dp.dtype}{list(dp.shape)}")
                 dist_args[gid][dp.number] = piece
@@ -221,3 +237,42 @@ def make_inputs(base: Program, dist: Program, relations: dict[str, Any], groups:
     if missing:
         raise ValueError(f"relations: distributed parameters {missing} have no input entry")
     return [a for a in base_args if a is not None], [[a for a in rank if a is not None] for rank in dist_args]
+
+
+def fill_elided(text: str, names: Sequence[str], seed: int = 0) -> str:
+    """``text`` with each elided entry constant named in ``names`` (``constant({...})``, see
+    relations.ASSUMPTIONS "elided-constants") written out with values drawn from ``seed`` and
+    the constant's name and shape only, so the baseline's and the distributed program's
+    namesakes get the same values and a divergence under the assumption can still be
+    executed. Floats ~ N(0, 1) in the constant's type, integers in [0, 8), pred uniform."""
+    import re
+    import zlib
+
+    from ..hlo.literals import round_to
+
+    for name in names:
+        pat = re.compile(r"(%?" + re.escape(name) + r"\s*=\s*([a-z0-9]+)\[([0-9,\s]*)\](?:\{[^}]*\})?\s+constant\()\{\.\.\.\}(\))")
+        m = pat.search(text)
+        if m is None:
+            continue
+        dtype, dims = m.group(2), tuple(int(d) for d in m.group(3).replace(" ", "").split(",") if d)
+        rng = np.random.default_rng([seed, zlib.crc32(f"{name}|{dtype}|{dims}".encode())])
+        n = int(np.prod(dims, dtype=np.int64)) if dims else 1
+        if dtype == "pred":
+            flat = ["true" if v else "false" for v in rng.integers(0, 2, size=n)]
+        elif dtype[0] in "su" and dtype[1:].isdigit():
+            flat = [str(int(v)) for v in rng.integers(0, 8, size=n)]
+        elif dtype in ("f16", "bf16", "f32", "f64"):
+            flat = [repr(round_to(dtype, float(v))) for v in rng.standard_normal(n)]
+        else:  # a type this fill does not write: left elided (the witness then refuses the text)
+            continue
+
+        def nest(values: list[str], shape: tuple[int, ...]) -> str:
+            if len(shape) <= 1:
+                return "{" + ", ".join(values) + "}"
+            step = len(values) // shape[0]
+            return "{" + ", ".join(nest(values[k * step:(k + 1) * step], shape[1:]) for k in range(shape[0])) + "}"
+
+        literal = nest(flat, dims) if dims else flat[0]
+        text = text[: m.start()] + m.group(1) + literal + m.group(4) + text[m.end():]
+    return text
