@@ -312,6 +312,38 @@ def verify_model(model: ModelConfig, folder: Path) -> tuple[str, dict[str, Any] 
     return result.verdict, result.to_json(), None
 
 
+def rank_specific_status(entry: dict[str, Any], status: str, result: dict[str, Any] | None, summary: dict[str, Any]) -> str:
+    """The status of an int-rank model whose ranks' programs differ other than by metadata, no-op
+    round trips and rank arithmetic (frontend/torchdist/lift.py), given the lifted program's
+    verdict ``status``. A difference is a bug claim only with evidence, like ``diverged``: the
+    witness executed the lifted program (every rank's own program) and an output differs. Then
+    the model is ``rank-specific`` and ``entry["rank_specific"]`` lists the differences (the
+    bot's findings). Otherwise they are kept as ``entry["rank_differences"]``, not as bugs:
+    proven harmless (verified), found equal by the witness (unproven), or not executed."""
+    differences = summary["rank_specific"]
+    faithful = bool((summary.get("lifted") or {}).get("faithful", True))
+    witness = ((result or {}).get("witness") or {}).get("status")
+    if faithful and status == "diverged" and witness == "confirmed":
+        entry["rank_specific"] = differences
+        return "rank-specific"
+    entry["rank_differences"] = differences
+    if not faithful and status == "diverged" and witness == "confirmed":
+        return status  # rank 0's own program differs from the baseline: that much is evidenced
+    if not faithful:
+        # The ranks' programs could not be put into one: the checked program is rank 0's alone,
+        # so neither its proof nor its witness speaks for the other ranks.
+        if result is not None:
+            result["reason"] = (f"not proven: the ranks' programs differ in a way that cannot be lifted into one program ({differences[0]['message']}); "
+                                f"only rank 0's program was checked ({status}: {result.get('reason', '')})")
+        return "unproven"
+    if status == "verified":
+        return status  # the lifted program is each rank's own: the difference is proven harmless
+    if result is not None:
+        why = "the witness finds the outputs equal" if witness == "equal" else f"no witness confirmed a difference (witness {witness or 'not run'})"
+        result["reason"] = f"{result.get('reason', '')}; the ranks' programs differ ({differences[0]['message']}), but {why}: not reported as a bug"
+    return "unproven" if status == "diverged" else status
+
+
 def matches(entry: dict[str, Any]) -> bool:
     """Whether a model's status is what it should be: its ``expect``, else verified."""
     if entry["status"] in ("build-failed", "bad-input"):
@@ -406,12 +438,8 @@ def run_models(
             entry["status"] = status
             if result is not None:
                 entry["result"] = result
-            # A difference between the ranks' programs that is no rank arithmetic (an int-rank
-            # model's lift, frontend/torchdist/lift.py) is a finding of its own, whatever the
-            # lifted program's verdict; the witness above shows what it does to the outputs.
             if summary.get("rank_specific") and status != ERROR_STATUS:
-                entry["status"] = "rank-specific"
-                entry["rank_specific"] = summary["rank_specific"]
+                entry["status"] = rank_specific_status(entry, status, result, summary)
             if error:
                 entry["build"]["error"] = error
         elif outcome.ok:

@@ -1,8 +1,17 @@
 """Lift the c per-rank programs of an int-rank model into the one program every rank runs.
 
 Every rank's program was traced from the same code; torch-xla numbers instructions
-deterministically, so the texts agree line by line wherever the ranks compute the same thing.
-Lines may differ in two ways only:
+deterministically, so the texts agree instruction by instruction wherever the ranks compute the
+same thing. They are compared modulo what does not change a value:
+
+- metadata (``op_name``, ``source_file``, ...): torch-xla's scope counters are process-wide,
+  so the rank traced first reads ``layers.0.7/...`` where the others read ``layers.0.2/...``;
+- no-op round trips: a reshape to another shape and straight back (torch-xla writes one for
+  the rank's own slot of a list ``all_gather``, whose tensor is a view of another shape) is
+  its operand; it is removed, and the instructions after it are matched by position, not by
+  their (shifted) numbers.
+
+What remains may differ in three ways:
 
 - a ``constant``'s literal (the rank's offsets, baked in as Python ints): the lifted program
   reads the literal from a table of every rank's value indexed by the device id,
@@ -11,10 +20,17 @@ Lines may differ in two ways only:
   rank within its group, on every group, into rank arithmetic, and the numeric witness runs the
   table as it is;
 - a collective's ``replica_groups``: each rank names only its own group; the lifted program
-  names the union, which must partition the world the same way on every rank.
+  names the union, which must partition the world the same way on every rank;
+- any other instruction of the same shape (an operator, an attribute): every rank's variant is
+  computed and the rank's own one selected by the device id (a rank switch), so the lifted
+  program is still what each rank runs.
 
-Any other difference, and any literal that is not ``a·r + b`` across a group, is a
-``rank-specific`` finding: its instruction, the source line, and the odd rank(s) out.
+A literal that is not ``a·r + b`` across a group, and any rank switch, is a difference between
+the ranks: its instruction, the source line and the odd rank(s) out. It is not yet a bug: the
+runner reports it as ``rank-specific`` only when the witness, executing the lifted program,
+shows an output differs (``Lifted.faithful`` says whether the lifted program is every rank's
+program; when the ranks' programs cannot be put into one, nothing is executed and nothing is
+claimed).
 """
 
 from __future__ import annotations
@@ -57,6 +73,8 @@ class Lifted:
     tables: int = 0  # literals read from a per-rank table
     affine: int = 0  # of which a·r + b in the rank within its group
     merged_groups: int = 0
+    round_trips: int = 0  # instructions of no-op round trips removed (per rank, on average)
+    faithful: bool = True  # the text is every rank's program (else rank 0's: nothing to execute)
 
 
 def _groups_of(line: str) -> list[list[int]] | None:
@@ -122,24 +140,32 @@ def lift(texts: list[str], world: list[int], groups: list[list[int]], sources: d
     sources = sources or {}
     graph = _Graph(texts[0]) if read_source is not None else None
     index = {rank: (k, r) for k, group in enumerate(groups) for r, rank in enumerate(group)}
-    split = [t.split("\n") for t in texts]
     out = Lifted("")
+    programs = [_drop_round_trips(t.split("\n")) for t in texts]
+    out.round_trips = sum(n for _, n in programs) // max(1, len(programs))
+    split = [lines for lines, _ in programs]
     if len({len(lines) for lines in split}) != 1:
         counts = Counter(len(lines) for lines in split)
         usual = counts.most_common(1)[0][0]
         odd = [world[i] for i, lines in enumerate(split) if len(lines) != usual]
-        out.findings.append(Finding("", "?", odd, f"rank(s) {odd} trace a program of a different length ({[len(s) for s in split]} lines): the ranks run different code"))
+        out.findings.append(Finding("", "?", odd, f"rank(s) {odd} trace a program of a different length ({[len(s) for s in split]} instructions after removing no-op round trips): the ranks run different code"))
         out.text = texts[0]
+        out.faithful = False
         return out
+    # Each rank's names in rank 0's: instructions (and computations) are matched by position, so
+    # a rank whose numbering shifted (a round trip removed, a scope pushed) reads like rank 0.
+    renames = [_alignment(split[0], lines) for lines in split]
     lines_out: list[str] = []
-    for n, variants in enumerate(zip(*split, strict=True)):
-        first = variants[0]
-        if all(v == first for v in variants):
+    for n, originals in enumerate(zip(*split, strict=True)):
+        first = originals[0]
+        variants = [_canonical(v, renames[i]) for i, v in enumerate(originals)]
+        if all(v == variants[0] for v in variants):
             lines_out.append(first)
             continue
+        metadata = _metadata_of(first)
         constants = [_CONSTANT.match(v) for v in variants]
-        if all(constants) and len({(m.group(3), m.group(4), m.group(8)) for m in constants if m}) == 1:
-            lines_out += _lift_constant(constants, world, index, out, sources, first, _Namer(graph, read_source) if graph is not None and read_source is not None else None)  # type: ignore[arg-type]
+        if all(constants) and len({(m.group(3), m.group(4)) for m in constants if m}) == 1:
+            lines_out += _lift_constant(constants, world, index, out, sources, first, _Namer(graph, read_source) if graph is not None and read_source is not None else None, metadata)  # type: ignore[arg-type]
             continue
         group_lists = [_groups_of(v) for v in variants]
         if all(g is not None for g in group_lists) and len({_GROUPS.sub("", v) for v in variants}) == 1:
@@ -150,15 +176,175 @@ def lift(texts: list[str], world: list[int], groups: list[list[int]], sources: d
         odd = [world[i] for i, v in enumerate(variants) if v != usual]
         m = _INSTRUCTION.match(first)
         name = m.group(3) if m else f"line {n + 1}"
-        out.findings.append(Finding(name, _where(first, sources, name), odd, f"rank(s) {odd} compute {name} differently from the other ranks"))
-        lines_out.append(first)
+        switch = _rank_switch(variants, metadata, world) if m else None
+        if switch is None:
+            out.faithful = False
+            lines_out.append(first)
+            how = "the lifted program keeps rank " + str(world[0]) + "'s, so it is not every rank's program"
+        else:
+            lines_out += switch
+            how = "the lifted program computes every rank's variant and selects the rank's own"
+        out.findings.append(Finding(name, _where(first, sources, name), odd, f"rank(s) {odd} compute {name} differently from the other ranks ({how})"))
     out.text = "\n".join(lines_out)
     return out
 
 
-def _lift_constant(matches: list[re.Match[str]], world: list[int], index: dict[int, tuple[int, int]], out: Lifted, sources: dict[str, str], line: str, namer: _Namer | None = None) -> list[str]:
+# ---- comparing programs modulo metadata and no-op round trips -------------------------------
+
+_METADATA = re.compile(r", metadata=\{[^{}]*\}")
+_HEADER = re.compile(r"^(?:ENTRY )?%(\S+) \(")
+_NAME = re.compile(r"(?<![\w.\-])[A-Za-z_][\w.\-]*")
+_TYPE = re.compile(r"^(\w+)\[([\d,]*)\]")
+_COLLECTIVE = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute", "all-reduce-start", "all-gather-start", "collective-permute-start", "send", "recv")
+
+
+def _metadata_of(line: str) -> str:
+    m = _METADATA.search(line)
+    return m.group(0) if m else ""
+
+
+def _defines(line: str) -> str | None:
+    m = _INSTRUCTION.match(line)
+    if m:
+        return m.group(3)
+    h = _HEADER.match(line)
+    return h.group(1) if h else None
+
+
+def _alignment(reference: list[str], lines: list[str]) -> dict[str, str]:
+    """Names defined in ``lines`` -> the name defined at the same position in ``reference``."""
+    out = {}
+    for a, b in zip(reference, lines, strict=True):
+        na, nb = _defines(a), _defines(b)
+        if na is not None and nb is not None and na != nb:
+            out[nb] = na
+    return out
+
+
+def _canonical(line: str, rename: dict[str, str]) -> str:
+    """The line without metadata, its names in the reference rank's."""
+    line = _METADATA.sub("", line)
+    return _NAME.sub(lambda m: rename.get(m.group(0), m.group(0)), line) if rename else line
+
+
+def _operand_names(rest: str) -> list[str]:
+    depth, end = 1, len(rest)
+    for i, ch in enumerate(rest):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0:
+            end = i
+            break
+    return re.findall(r"%([\w.\-]+)", rest[:end])
+
+
+def _same_shape(a: str, b: str) -> bool:
+    """Same element type and dims (a layout is physical: a reshape reads logical order)."""
+    ma, mb = _TYPE.match(a), _TYPE.match(b)
+    return bool(ma and mb and ma.group(1) == mb.group(1) and ma.group(2) == mb.group(2))
+
+
+def _drop_round_trips(lines: list[str]) -> tuple[list[str], int]:
+    """``lines`` without reshapes that return to a shape their operand chain of reshapes started
+    from: reshape(reshape(x, s), shape(x)) is x (a reshape reads and writes elements in the same
+    row-major order, so a chain of them ending at x's own dims is the identity). Uses of such a
+    reshape read x; reshapes left without users on the way are dropped too."""
+    info: dict[str, tuple[str, str, list[str]]] = {}  # name -> (type, opcode, operands)
+    roots: set[str] = set()
+    for line in lines:
+        m = _INSTRUCTION.match(line)
+        if m:
+            info[m.group(3)] = (m.group(4), m.group(5), _operand_names(m.group(6)))
+            if m.group(2):
+                roots.add(m.group(3))
+    replace: dict[str, str] = {}
+    for name, (typ, opcode, operands) in info.items():
+        if opcode != "reshape" or name in roots or len(operands) != 1:
+            continue
+        y = replace.get(operands[0], operands[0])
+        while y in info:
+            if _same_shape(info[y][0], typ):
+                replace[name] = y
+                break
+            if info[y][1] != "reshape" or len(info[y][2]) != 1:
+                break
+            y = replace.get(info[y][2][0], info[y][2][0])
+    if not replace:
+        return lines, 0
+
+    def resolve(x: str) -> str:
+        while x in replace:
+            x = replace[x]
+        return x
+
+    ref = re.compile(r"(?:(\S+) )?%(" + "|".join(re.escape(k) for k in sorted(replace, key=len, reverse=True)) + r")(?![\w.\-])")
+
+    def sub(m: re.Match[str]) -> str:
+        target = resolve(m.group(2))
+        typ = info[target][0]
+        return (f"{typ} " if m.group(1) else "") + f"%{target}"
+
+    kept: list[str] = []
+    for line in lines:
+        name = _defines(line)
+        if name in replace:
+            continue
+        m = _INSTRUCTION.match(line)
+        if m:  # rewrite the operand part only (the defining name is never a replaced one)
+            head = line[: m.start(6)]
+            kept.append(head + ref.sub(sub, m.group(6)))
+        else:
+            kept.append(line)
+    # Reshapes of a removed chain now without users.
+    while True:
+        used = Counter(o for line in kept if (m := _INSTRUCTION.match(line)) for o in _operand_names(m.group(6)))
+        dead = {name for line in kept if (name := _defines(line)) and info.get(name, ("", "", []))[1] == "reshape" and not used[name] and name not in roots and _INSTRUCTION.match(line)}
+        if not dead:
+            break
+        kept = [line for line in kept if _defines(line) not in dead]
+    return kept, len(lines) - len(kept)
+
+
+def _rank_switch(variants: list[str], metadata: str, world: list[int]) -> list[str] | None:
+    """Lines computing every distinct variant of one instruction and selecting rank r's by the
+    device id; None when that would not be each rank's program (a collective every rank would
+    then run, a parameter, a tuple or token value, or variants of different types)."""
+    matches = [_INSTRUCTION.match(v) for v in variants]
+    if not all(matches):
+        return None
+    ms = [m for m in matches if m]
+    indent, root, name, typ = ms[0].group(1), ms[0].group(2) or "", ms[0].group(3), ms[0].group(4)
+    if any(m.group(4) != typ or m.group(3) != name for m in ms) or not _TYPE.match(typ) or typ.startswith(("token", "(")):
+        return None
+    if any(m.group(5) in _COLLECTIVE or m.group(5) in ("parameter", "rng", "rng-bit-generator", "infeed", "outfeed") for m in ms):
+        return None
+    distinct = list(dict.fromkeys(variants))
+    choice = [distinct.index(v) for v in variants]
+    dims = _TYPE.match(typ).group(2)  # type: ignore[union-attr]
+    lines = []
+    for k, v in enumerate(distinct):
+        m = _INSTRUCTION.match(v)
+        assert m is not None
+        lines.append(f"{indent}%{name}.variant{k} = {typ} {m.group(5)}({m.group(6)}{metadata}")
+    lines.append(f"{indent}%{name}.variant_table = s32[{len(world)}]{{0}} constant({{{', '.join(map(str, choice))}}})")
+    lines.append(f"{indent}%{name}.variant_id = u32[] replica-id()")
+    lines.append(f"{indent}%{name}.variant_slice = s32[1]{{0}} dynamic-slice(s32[{len(world)}]{{0}} %{name}.variant_table, u32[] %{name}.variant_id), dynamic_slice_sizes={{1}}")
+    lines.append(f"{indent}%{name}.variant = s32[] reshape(s32[1]{{0}} %{name}.variant_slice)")
+    acc = f"%{name}.variant0"
+    pred = f"pred[{dims}]"
+    for k in range(1, len(distinct)):
+        last = k == len(distinct) - 1
+        lines.append(f"{indent}%{name}.is{k}.k = s32[] constant({k})")
+        lines.append(f"{indent}%{name}.is{k}.eq = pred[] compare(s32[] %{name}.variant, s32[] %{name}.is{k}.k), direction=EQ")
+        lines.append(f"{indent}%{name}.is{k} = {pred} broadcast(pred[] %{name}.is{k}.eq), dimensions={{}}")
+        target = f"{root}%{name}" if last else f"%{name}.pick{k}"
+        lines.append(f"{indent}{target} = {typ} select({pred} %{name}.is{k}, {typ} %{name}.variant{k}, {typ} {acc}){metadata if last else ''}")
+        acc = f"%{name}.pick{k}"
+    return lines
+
+
+def _lift_constant(matches: list[re.Match[str]], world: list[int], index: dict[int, tuple[int, int]], out: Lifted, sources: dict[str, str], line: str, namer: _Namer | None = None, metadata: str = "") -> list[str]:
     m0 = matches[0]
-    indent, root, name, shape, dtype, dims_text, _, metadata = m0.groups()
+    indent, root, name, shape, dtype, dims_text, _, _ = m0.groups()
     dims = [int(d) for d in dims_text.split(",") if d]
     literals = [m.group(7) for m in matches]
     out.tables += 1
@@ -229,6 +415,7 @@ def _merge_groups(group_lists: list[list[list[int]]], world: list[int], out: Lif
         m = _INSTRUCTION.match(line)
         name = m.group(3) if m else "?"
         out.findings.append(Finding(name, _where(line, sources, name), odd or sorted(world), f"the ranks' groups of {name} do not partition the ranks: {[g for gl in group_lists for g in gl]}"))
+        out.faithful = False
     out.merged_groups += 1
     return sorted(merged)
 
