@@ -1,0 +1,220 @@
+"""Hosting DTensor code in a per-rank build (``rank: int``), unchanged.
+
+Two contexts, both no-ops for code that never touches DTensor:
+
+``declaring(world, groups)`` wraps the entry point and ``distributed(rank)``:
+- a "cuda" ``DeviceMesh`` builds without a GPU: DeviceMesh sets the CUDA device of the
+  process (``torch.cuda.set_device``), which initializes CUDA, impossible in a forked build
+  child; the CUDA device is reported as set already, so the mesh never asks for it;
+- a mesh of more ranks than the model's world is a declaration error on ``tp``/``groups``,
+  not torch's RuntimeError from inside the user's code;
+- a ``parallelize_module`` plan key that resolves to no submodule (torch only warns and
+  parallelizes nothing there, so the model would be checked with that layer unsharded) is a
+  declaration error on ``entry``.
+
+``Hosting(module)`` wraps one trace of a module whose parameters are DTensors:
+- each DTensor parameter becomes a placeholder of its *local* shape (what the rank holds),
+  wrapped back into a DTensor with the parameter's mesh and placements (``from_local``), so
+  the traced program reads exactly the rank's shard: a placeholder of the global shape is
+  neither what the rank holds nor something ``from_local`` can move;
+- every ``DeviceMesh`` reads as an "xla" mesh while the trace runs: DTensor moves local
+  tensors to the mesh's device type (``from_local``, ``distribute_tensor``), and a move of a
+  placeholder to the CPU aborts the process; the meshes were built as "cpu"/"cuda" meshes, so
+  ``parallelize_module`` never took torch-xla's SPMD path;
+- DTensor runs each op's local computation inside its ``__torch_dispatch__``, where torch has
+  excluded the Functionalize key; torch-xla's tensors are functional wrappers whose kernels
+  then assert (``aten.t``: "composite op functionalization fallback"). The local computation
+  runs with the key restored, as for any XLA tensor;
+- DTensor outputs become their local tensors (their placements give the output relations),
+  and ``AsyncCollectiveTensor`` outputs are waited for.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+from .placements import Placed
+
+_PLAN_KEY_WARNING = "Parallelize plan key"
+
+
+def _dtensor_class() -> Any:
+    """DTensor's class if DTensor was imported by anyone, else None (nothing to host)."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return getattr(module, "DTensor", None) if module is not None else None
+
+
+def is_dtensor(tensor: Any) -> bool:
+    cls = _dtensor_class()
+    return cls is not None and isinstance(tensor, cls)
+
+
+def _declaration_error(message: str, key: str) -> Exception:
+    from ..build import DeclarationError
+
+    return DeclarationError(message, key)
+
+
+@contextmanager
+def declaring(world: int, groups: list[list[int]]) -> Iterator[None]:
+    """While the entry point declares the model on one rank of ``world`` ranks."""
+    import torch
+    from torch.distributed import device_mesh
+
+    key = "groups" if len(groups) > 1 else "tp"
+    mesh_class = device_mesh.DeviceMesh
+    original_init = mesh_class.__init__
+
+    def init(self: Any, device_type: str, mesh: Any, *args: Any, **kwargs: Any) -> None:
+        size = math.prod(tuple(torch.as_tensor(mesh).shape)) if not isinstance(mesh, torch.Tensor) else mesh.numel()
+        if size > world:
+            shape = tuple(torch.as_tensor(mesh).shape) if not isinstance(mesh, torch.Tensor) else tuple(mesh.shape)
+            raise _declaration_error(f"the model builds a {device_type!r} device mesh of shape {shape} ({size} ranks), but its world has {world} rank(s) (declare tp/groups in .shardproof.yml to match the mesh)", key)
+        original_init(self, device_type, mesh, *args, **kwargs)
+
+    with ExitStack() as stack, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        saved = {name: getattr(torch.cuda, name) for name in ("is_initialized", "set_device")}
+        # DeviceMesh only sets the device when CUDA is not initialized yet; the shims map every
+        # CUDA device to the XLA device, so there is nothing to set.
+        torch.cuda.is_initialized = lambda: True
+        torch.cuda.set_device = lambda *a, **k: None
+        stack.callback(lambda: [setattr(torch.cuda, k, v) for k, v in saved.items()])
+        mesh_class.__init__ = init  # type: ignore[method-assign]
+        stack.callback(setattr, mesh_class, "__init__", original_init)
+        yield
+    unresolved = [str(w.message) for w in caught if str(w.message).startswith(_PLAN_KEY_WARNING)]
+    for w in caught:
+        if not str(w.message).startswith(_PLAN_KEY_WARNING):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if unresolved:
+        first = unresolved[0].split(" in module ")[0]
+        raise _declaration_error(f"parallelize_module: {first}; the plan names a module the model does not have (nothing would be parallelized there)", "entry")
+
+
+def _placed(tensor: Any) -> Placed:
+    import torch.distributed as dist
+    from torch.distributed.tensor import Partial, Replicate, Shard
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    mesh = tensor.device_mesh
+    kinds: list[tuple[str, int | None]] = []
+    reduce = "sum"
+    for p in tensor.placements:
+        if isinstance(p, _StridedShard):
+            raise _declaration_error(f"a DTensor is placed {p} (a strided shard, as FSDP x TP makes); no relation describes it", "entry")
+        if isinstance(p, Shard):
+            kinds.append(("shard", p.dim))
+        elif isinstance(p, Replicate):
+            kinds.append(("replicate", None))
+        elif isinstance(p, Partial):
+            kinds.append(("partial", None))
+            reduce = str(p.reduce_op)
+        else:
+            raise _declaration_error(f"a DTensor is placed {p}, a placement no relation describes", "entry")
+    names = mesh.mesh_dim_names or tuple(f"dim{i}" for i in range(mesh.ndim))
+    groups = tuple(tuple(dist.get_process_group_ranks(mesh.get_group(i))) for i in range(mesh.ndim))
+    text = "(" + ", ".join(repr(p) for p in tensor.placements) + ")"
+    return Placed(tuple(kinds), groups, tuple(names), text, reduce)
+
+
+class Hosting:
+    """One trace of ``module``'s DTensor parameters (see the module's docstring)."""
+
+    def __init__(self, module: Any) -> None:
+        self.dtensors: dict[str, Any] = {}
+        if _dtensor_class() is not None and module is not None and hasattr(module, "named_parameters"):
+            state = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+            self.dtensors = {name: t for name, t in state.items() if is_dtensor(t)}
+        self.placements: dict[str, Placed] = {name: _placed(t) for name, t in self.dtensors.items()}
+        self._outputs: list[tuple[Any, Placed]] = []
+        self._stack: ExitStack | None = None
+
+    @property
+    def active(self) -> bool:
+        return bool(self.dtensors) or _dtensor_class() is not None
+
+    def local_shape(self, name: str, tensor: Any) -> tuple[int, ...]:
+        if name in self.dtensors:
+            return tuple(int(n) for n in self.dtensors[name]._local_tensor.shape)
+        return tuple(tensor.shape)
+
+    def wrap(self, name: str, local: Any) -> Any:
+        """The DTensor a traced rank reads for parameter ``name``: ``local`` on its mesh."""
+        if name not in self.dtensors:
+            return local
+        from torch.distributed.tensor import DTensor
+
+        original = self.dtensors[name]
+        return DTensor.from_local(local, original.device_mesh, original.placements, run_check=False, shape=original.shape, stride=original.stride())
+
+    def __enter__(self) -> Hosting:
+        self._stack = ExitStack()
+        if _dtensor_class() is None:
+            return self
+        import torch
+        from torch.distributed import device_mesh
+        from torch.distributed.tensor import _dispatch
+
+        mesh_class = device_mesh.DeviceMesh
+
+        def get_type(mesh: Any) -> str:
+            return "xla"
+
+        def set_type(mesh: Any, value: str) -> None:
+            mesh.__dict__["device_type"] = value
+
+        # A data descriptor on the class wins over the instance attribute every mesh sets.
+        mesh_class.device_type = property(get_type, set_type)  # type: ignore[attr-defined]
+        self._stack.callback(delattr, mesh_class, "device_type")
+
+        functionalize = torch._C.DispatchKey.Functionalize
+        original = _dispatch.OpDispatcher.dispatch
+
+        def dispatch(dispatcher: Any, op_call: Any, args: Any, kwargs: Any) -> Any:
+            excluded = torch._C._dispatch_tls_local_exclude_set()
+            if not excluded.has(functionalize):
+                return original(dispatcher, op_call, args, kwargs)
+            with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), excluded.remove(functionalize)):
+                return original(dispatcher, op_call, args, kwargs)
+
+        _dispatch.OpDispatcher.dispatch = dispatch  # type: ignore[method-assign]
+        self._stack.callback(setattr, _dispatch.OpDispatcher, "dispatch", original)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._stack is not None:
+            self._stack.close()
+            self._stack = None
+
+    def unwrap(self, out: Any) -> Any:
+        """``out`` with DTensors replaced by their local tensors and collectives waited for."""
+        import torch
+
+        if isinstance(out, torch.Tensor):
+            cls = _dtensor_class()
+            if cls is not None and isinstance(out, cls):
+                placed = _placed(out)
+                local = self.unwrap(out.to_local())
+                self._outputs.append((local, placed))
+                return local
+            from torch.distributed._functional_collectives import AsyncCollectiveTensor
+
+            if isinstance(out, AsyncCollectiveTensor):
+                return out.wait()
+            return out
+        if isinstance(out, dict):
+            return {k: self.unwrap(v) for k, v in out.items()}
+        if isinstance(out, (tuple, list)):
+            items = [self.unwrap(v) for v in out]
+            return type(out)(items) if isinstance(out, list) or type(out) is tuple else type(out)(*items)
+        return out
+
+    def output_placements(self, tensors: list[Any]) -> list[Placed | None]:
+        """The placements of each flattened output (None: not a DTensor the program returned)."""
+        return [next((placed for local, placed in self._outputs if local is t), None) for t in tensors]

@@ -1,0 +1,119 @@
+"""Relations from DTensor placements (no ``plan:`` to write).
+
+A DTensor on a device mesh carries one placement per mesh dim: ``Shard(d)`` (the rank holds
+the r-th of the mesh dim's ``n`` pieces of dim ``d``, ``torch.chunk`` order), ``Replicate()``
+(every rank of the mesh dim holds all of it) or ``Partial(op)`` (reducing the ranks' tensors
+with ``op`` gives it). The verifier relates a rank's tensor to the baseline over one partition
+of the ranks, the model's ``groups``; so exactly one mesh dim may be other than replicated, and
+its groups must be the model's groups (this rank's group along that dim is checked: the
+meshes are SPMD, every rank builds the same mesh). Everything else is a declaration error that
+names the tensor, its placements and both shapes:
+
+- a ``Shard(d)`` whose dim does not divide over the mesh dim (DTensor pads unevenly: the ranks
+  would hold different extents, which no relation describes);
+- a sharding over a mesh dim whose groups are not the model's (a ``(dp, tp)`` mesh with the
+  model declared over the dp groups, or a mesh of a shape the configuration did not declare);
+- shards over two mesh dims at once (FSDP x TP), or a ``Partial`` parameter: no relation of
+  the verifier holds them;
+- a local shape that is not the baseline's shape cut by the placement.
+
+This module is pure: the host (``host.py``) reads the placements off the DTensors into
+:class:`Placed` values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..plan import ParamRelation
+
+
+class PlacementError(ValueError):
+    """A placement that no relation describes, or that does not fit the shapes or groups."""
+
+
+@dataclass(frozen=True)
+class Placed:
+    """One DTensor's placements on its mesh, as the host read them on one rank.
+
+    ``placements[i]`` is ``("shard", d)``, ``("replicate", None)`` or ``("partial", None)``
+    (``reduce`` then names its op); ``groups[i]`` the global ranks of this rank's group along
+    mesh dim ``i``; ``names[i]`` the mesh dim's name (or its index as text).
+    """
+
+    placements: tuple[tuple[str, int | None], ...]
+    groups: tuple[tuple[int, ...], ...]
+    names: tuple[str, ...]
+    text: str  # the placements as DTensor prints them, for messages and relations.yaml
+    reduce: str = "sum"
+
+    def describe(self) -> str:
+        mesh = ", ".join(f"{n}={len(g)}" for n, g in zip(self.names, self.groups, strict=True))
+        return f"{self.text} on mesh ({mesh})"
+
+
+def _model_group(groups: Sequence[Sequence[int]], rank_group: tuple[int, ...]) -> bool:
+    return any(tuple(g) == rank_group for g in groups)
+
+
+def _sharding_dim(what: str, placed: Placed, groups: Sequence[Sequence[int]]) -> int | None:
+    """The mesh dim that is not replicated (None: replicated everywhere), checked."""
+    active = [i for i, (kind, _) in enumerate(placed.placements) if kind != "replicate" and len(placed.groups[i]) > 1]
+    if len(active) > 1:
+        dims = ", ".join(placed.names[i] for i in active)
+        raise PlacementError(f"{what} is {placed.describe()}: sharded or partial over mesh dims {dims} at once; the verifier relates a tensor over one group of ranks (the model's groups), so at most one mesh dim may be other than Replicate()")
+    if not active:
+        return None
+    i = active[0]
+    if not _model_group(groups, placed.groups[i]):
+        raise PlacementError(
+            f"{what} is {placed.describe()}: mesh dim {placed.names[i]!r} groups ranks {list(placed.groups[i])}, "
+            f"which is not a group of the model ({[list(g) for g in groups]}); declare tp/groups in .shardproof.yml as the mesh dim the model is parallelized over"
+        )
+    return i
+
+
+def param_relation(name: str, placed: Placed, full: tuple[int, ...], local: tuple[int, ...], groups: Sequence[Sequence[int]]) -> ParamRelation:
+    """The relation of parameter ``name`` (baseline ``full``, per-rank ``local``) from its placements."""
+    what = f"parameter {name!r}"
+    i = _sharding_dim(what, placed, groups)
+    source = f"placement {placed.describe()}"
+    if i is None:
+        if full != local:
+            raise PlacementError(f"{what} is {placed.describe()} (replicated) but is {list(full)} in the baseline and {list(local)} per rank")
+        return ParamRelation("duplicate", source=source)
+    kind, dim = placed.placements[i]
+    if kind == "partial":
+        raise PlacementError(f"{what} is {placed.describe()}: a parameter held as a partial {placed.reduce} over ranks has no relation here (expected Shard(d) or Replicate())")
+    assert dim is not None
+    c = len(placed.groups[i])
+    if not 0 <= dim < len(full):
+        raise PlacementError(f"{what} is {placed.describe()} but has {len(full)} dim(s) in the baseline ({list(full)})")
+    if full[dim] % c:
+        raise PlacementError(f"{what} is {placed.describe()}: dim {dim} of the baseline's {list(full)} ({full[dim]}) does not divide over the {c} ranks of mesh dim {placed.names[i]!r} (DTensor would give the ranks unequal pieces)")
+    want = tuple(n // c if k == dim else n for k, n in enumerate(full))
+    if local != want:
+        raise PlacementError(f"{what} is {placed.describe()}, so each rank should hold {list(want)} of the baseline's {list(full)}, but it holds {list(local)}")
+    return ParamRelation("sharded", dim, (), source)
+
+
+def output_relation(index: int, placed: Placed, full: tuple[int, ...], local: tuple[int, ...], groups: Sequence[Sequence[int]]) -> dict[str, object]:
+    """The expected relation of output ``index`` (a DTensor the program returned)."""
+    what = f"output {index}"
+    i = _sharding_dim(what, placed, groups)
+    if i is None:
+        if full != local:
+            raise PlacementError(f"{what} is {placed.describe()} (replicated) but is {list(full)} in the baseline and {list(local)} per rank")
+        return {"relation": "duplicate"}
+    kind, dim = placed.placements[i]
+    if kind == "partial":
+        if placed.reduce != "sum":
+            raise PlacementError(f"{what} is {placed.describe()}: only a partial sum has a relation here, not a partial {placed.reduce}")
+        return {"relation": "partial"}
+    assert dim is not None
+    c = len(placed.groups[i])
+    want = tuple(n // c if k == dim else n for k, n in enumerate(full)) if 0 <= dim < len(full) and full[dim] % c == 0 else None
+    if local != want:
+        raise PlacementError(f"{what} is {placed.describe()}: each rank should hold {list(want) if want else 'an equal piece'} of the baseline's {list(full)}, but it holds {list(local)}")
+    return {"relation": "sharded", "dim": dim}
