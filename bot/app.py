@@ -34,6 +34,7 @@ from .actions import Console, append_step_summary, write_file, write_outputs
 from .diff import FILTER_MODES, DiffIndex
 from .event import Target, guess_name, load_event, read_target
 from .findings import (
+    BLOCKING,
     FAIL_ON,
     Finding,
     Placement,
@@ -57,7 +58,7 @@ MAX_ANNOTATIONS = 1000
 MAX_PR_FILES = 3000  # GitHub lists at most this many files of a pull request
 EXIT_BAD_INPUT = 3
 EXIT_ERROR = 4  # the bot stopped, or the verdict could not be recorded on GitHub
-DECIDED = ("verified", "diverged", "unproven")  # models whose absence of a finding means it is resolved
+DECIDED = ("verified", "diverged", "rank-specific", "unproven")  # models whose absence of a finding means it is resolved
 
 _FINDING = re.compile(r"<!-- shardproof:finding fp=([0-9a-f,]*) models=(\S*) -->")
 _REVIEW = re.compile(r"<!-- shardproof:review nonce=(\w+) fps=([0-9a-f,]*) -->")
@@ -133,6 +134,18 @@ class Existing:
     change_requests: list[Any] = field(default_factory=list)  # our reviews still requesting changes
     summary: Any = None
     state: dict[str, Any] = field(default_factory=dict)
+
+
+def blocking(run: Run, findings: list[Finding]) -> bool:
+    """Whether an earlier request for changes still stands: only a divergence (or a rank-specific
+    difference, or a configuration error) does. A finding that turned ``unproven`` (the rules
+    stopped, the witness found the values equal) does not; a run that decided nothing (a model
+    crashed or failed to build, the run failed) keeps the request, since it may still hold."""
+    if run.error or run.config_errors or not run.models:
+        return True
+    if any(m.status in ("build-failed", "error", "bad-input", *BLOCKING) for m in run.models):
+        return True
+    return any(not f.is_gap for f in findings)
 
 
 def _where(e: BaseException) -> str:
@@ -233,7 +246,13 @@ class Bot:
                 raise RunnerError(f"the partial results are of commit {str(doc.get('sha'))[:12]}, this run reports on {target.sha[:12]}")
             base = self.s.result.parent if self.s.result else self.s.out
             run = load_run(doc, base)
-        except (RunnerError, InputError, OSError, ValueError, KeyError, TypeError) as e:
+        except InputError as e:
+            # The pull request's .shardproof.yml (or the models input) is wrong: the author's
+            # error, located, not a failure of shardproof.
+            reason = self.redact(str(e))
+            self.console.error(f"configuration error: {reason}")
+            return Run([], config=str(self.s.config), config_errors=[self._located(e)])
+        except (RunnerError, OSError, ValueError, KeyError, TypeError) as e:
             reason = self.redact(str(e))
             self.console.error(f"the models could not be run: {reason}")
             return Run([], config=str(self.s.config), error=reason)
@@ -256,6 +275,16 @@ class Bot:
             self.notes.append(text)
         self._doc = doc
         return run
+
+    def _located(self, e: InputError) -> str:
+        """``<file>:<line>: <message>`` with the file relative to the workspace (a line number
+        first in ``where``; a key path without one stays in the message)."""
+        path = self._display(Path(e.path)) if e.path and Path(e.path).is_absolute() else e.path
+        line = str(e.where).split(":", 1)[0]
+        if line.isdigit():
+            rest = str(e.where).split(":", 1)[1] if ":" in str(e.where) else ""
+            return self.redact(f"{path}:{line}: {rest + ': ' if rest and not rest.isdigit() else ''}{e.message}" + (f"\n{e.excerpt}" if e.excerpt else ""))
+        return self.redact(f"{path}: {e.where + ': ' if e.where else ''}{e.message}")
 
     def _run_shard(self, target: Target) -> int:
         """Build and verify this shard's part of the models; write the partial result only."""
@@ -303,6 +332,12 @@ class Bot:
 
     def _report(self, target: Target, run: Run, ctx: render.Ctx, state: str) -> None:
         findings = collect(run, self.s.workspace)
+        # The verdict is known: the files, step outputs and job summary are written now, before
+        # GitHub is asked anything, so no answer (or lack of one) from GitHub can lose them.
+        early = place(findings, None, self.s.filter_mode, 0)
+        self._write_files(run, findings, ctx, render.review_body(run, early, ctx, self.nonce), render.summary_body(run, findings, ctx, [], self.nonce))
+        append_step_summary(self.s.step_summary_file, self.redact(render.step_summary(run, findings, ctx, early)))
+        self._write_outputs(run, state)
         pr = self._pull(target)
         diff: DiffIndex | None = None
         existing = Existing()
@@ -332,7 +367,9 @@ class Bot:
         self._check_run(target, run, findings, placement, ctx, state)
         if self.readonly:
             self._annotate_locally(placement)
-        append_step_summary(self.s.step_summary_file, self.redact(render.step_summary(run, findings, ctx, placement)))
+        self._write_outputs(run, state)
+
+    def _write_outputs(self, run: Run, state: str) -> None:
         out = self.s.out.as_posix()
         write_outputs(self.s.output_file, {
             "report-dir": out,
@@ -406,7 +443,7 @@ class Bot:
             if run.models or run.error:
                 self.console.info("no new findings: no new review (the summary is updated)")
             return None
-        comments = [{"path": g[0].anchor.path, "line": g[0].anchor.line, "side": "RIGHT", "body": render.inline_comment(g, ctx)} for g in placement.inline if g[0].anchor]
+        comments = [{"path": g[0].anchor.path, "line": g[0].anchor.line, "side": g[0].side, "body": render.inline_comment(g, ctx)} for g in placement.inline if g[0].anchor]
         body = render.review_body(run, placement, ctx, self.nonce)
         event = self.s.review_event
         if not any(not f.is_gap for f in [*new_inline, *new_body]) and ctx.state == "success":
@@ -453,7 +490,7 @@ class Bot:
                 self.api.edit_review_comment(comment, render.resolved_comment(comment.body, ctx))
             except GitHubError as e:
                 self.console.warning(f"could not mark comment {comment.id} resolved: {e}")
-        if existing.change_requests and not findings and run.models and all(m.status == "verified" for m in run.models):
+        if existing.change_requests and not blocking(run, findings):
             for r in existing.change_requests:
                 try:
                     self.api.dismiss_review(pr, r, render.message("dismiss_message", ctx.sha or ""))

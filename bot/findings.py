@@ -19,7 +19,10 @@ from typing import Any
 from .diff import FILTER_MODES, DiffIndex
 
 # error: the verifier crashed; bad-input: the model's .shardproof.yml entry is wrong (runner exit 3)
-STATUSES = ("verified", "diverged", "unproven", "unsupported", "inconclusive", "build-failed", "bad-input", "error")
+# rank-specific: an int-rank model whose ranks' programs differ other than by rank arithmetic
+# (frontend/torchdist/lift.py): a finding as blocking as a divergence.
+STATUSES = ("verified", "diverged", "rank-specific", "unproven", "unsupported", "inconclusive", "build-failed", "bad-input", "error")
+BLOCKING = ("diverged", "rank-specific")  # verdicts whose findings request changes
 # What fails the gate, from the least to the most strict: diverged (a divergence, a bad-input
 # configuration, or an error);
 # unsupported (also a model the rules cannot decide: unsupported / inconclusive); unproven (every
@@ -52,6 +55,7 @@ class Model:
     build: dict[str, Any] = field(default_factory=dict)
     result: dict[str, Any] | None = None
     artifacts: dict[str, str] = field(default_factory=dict)
+    rank_specific: list[dict[str, Any]] = field(default_factory=list)  # the runner's lift findings
 
     @property
     def outputs_ok(self) -> tuple[int, int]:
@@ -112,6 +116,14 @@ class Finding:
     why: str = ""  # why it is where it is: a code that templates/messages.j2 puts in words
     why_arg: str = ""
     comment_url: str | None = None  # an existing inline comment carrying it
+    # Lines that may have caused it besides ``frames`` (the frontier's): the cause operand's
+    # producing call and its callers, then the relation trace's lines, most causal first.
+    causes: list[Frame] = field(default_factory=list)
+    trace_lines: list[Frame] = field(default_factory=list)
+    side: str = "RIGHT"  # LEFT: the anchor is a removed line (old-side number)
+    deleted: list[tuple[int, str]] = field(default_factory=list)  # removed lines quoted at the anchor
+    on_change: bool = False  # the anchor is a line this pull request changed (added or removed)
+    config: bool = False  # a configuration error of .shardproof.yml, not a divergence
 
     @property
     def source(self) -> Frame | None:
@@ -132,6 +144,12 @@ class Finding:
         kind = self.divergence.get("kind")
         return kind == "rule-gap" if kind else self.status == "unproven"
 
+    @property
+    def verdict_class(self) -> str:
+        """What kind of claim the finding makes; part of its fingerprint, so a divergence that
+        turns into a rule gap (or back) is a new finding and the old one is resolved."""
+        return "config" if self.config else "gap" if self.is_gap else "rank-specific" if self.divergence.get("kind") == "rank-specific" else "divergence"
+
 
 @dataclass
 class Run:
@@ -142,6 +160,9 @@ class Run:
     repository_root: str = "."
     base_dir: Path = field(default_factory=Path)  # directory of result.json; artifacts resolve here
     error: str | None = None  # the runner itself failed
+    # The configuration could not be read ("<file>:<line>: <message>" each): the pull request's
+    # .shardproof.yml is to blame, not shardproof; no model ran.
+    config_errors: list[str] = field(default_factory=list)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -155,10 +176,14 @@ class Run:
         verified. A model whose verifier crashed (status ``error``) is an error of the tool, never
         a pass; a ``bad-input`` model is the configuration's fault, so the pull request's."""
         c = self.counts
+        if self.config_errors and not self.error:
+            return "bad-input"
         if self.error or c["build-failed"] or c["error"]:
             return "error"
         if c["bad-input"]:
             return "bad-input"
+        if c["rank-specific"]:
+            return "rank-specific"
         if c["diverged"]:
             return "diverged"
         if c["unsupported"] or c["inconclusive"]:
@@ -179,8 +204,9 @@ def load_run(doc: dict[str, Any], base_dir: Path | None = None) -> Run:
         status = str(m.get("status") or (m.get("result") or {}).get("verdict") or "build-failed")
         if status not in STATUSES:
             status = "build-failed" if m.get("result") is None else str(m["result"].get("verdict"))
-        models.append(Model(str(m.get("name", "?")), status, m.get("seconds"), dict(m.get("build") or {}), m.get("result"), {str(k): str(v) for k, v in (m.get("artifacts") or {}).items() if v is not None}))
-    return Run(models, str(doc.get("config", "")), str(doc.get("repository_root", ".")), base_dir or Path(), doc.get("error"))
+        ranks = [x for x in m.get("rank_specific") or [] if isinstance(x, dict)]
+        models.append(Model(str(m.get("name", "?")), status, m.get("seconds"), dict(m.get("build") or {}), m.get("result"), {str(k): str(v) for k, v in (m.get("artifacts") or {}).items() if v is not None}, ranks))
+    return Run(models, str(doc.get("config", "")), str(doc.get("repository_root", ".")), base_dir or Path(), doc.get("error"), [str(x) for x in doc.get("config_errors") or []])
 
 
 def load_run_file(path: Path) -> Run:
@@ -237,13 +263,52 @@ def _sourcemap_frames(run: Run, model: Model, cache: dict[str, dict[str, Any]]) 
 _NAME = re.compile(r"%[\w.\-]+")
 
 
-def _fingerprint_key(model: str, d: dict[str, Any], frame: Frame | None) -> str:
+def _fingerprint_key(model: str, d: dict[str, Any], frame: Frame | None, verdict_class: str) -> str:
     # Instruction names renumber whenever the HLO changes, and line numbers shift with unrelated
-    # edits above; neither may make a finding look new. File, function, opcode and the cause in
-    # words (names elided) identify it.
+    # edits above; neither may make a finding look new. File, function, opcode, the cause in
+    # words (names elided) and the kind of claim (divergence, rule gap, ...) identify it.
     cause = _NAME.sub("%", str(d.get("cause", "")))
     where = f"{frame.path}\0{frame.function}" if frame else "\0"
-    return "\0".join((model, where, str(d.get("opcode", "")), cause))
+    return "\0".join((model, where, str(d.get("opcode", "")), cause, verdict_class))
+
+
+_AT = re.compile(r"^(?P<path>.+):(?P<line>\d+)(?: \(.*\))?$")
+
+
+def _frame_of(text: str, repo: Any) -> Frame | None:
+    """A relation-trace or lift ``source`` string (``path:line``) as a repository frame."""
+    m = _AT.match(text or "")
+    p = repo(m["path"]) if m else None
+    return Frame(p, int(m["line"])) if p and m and int(m["line"]) > 0 else None
+
+
+def _cause_frames(d: dict[str, Any], own: list[Frame], frames_of: Any, repo: Any) -> list[Frame]:
+    """The lines that may have caused a divergence besides the frontier's own frames, most
+    causal first: for a missing reduction, the call that made the unreduced operand (and its
+    callers: ``out = self.fc2(h)`` is where the all-reduce was dropped); otherwise the operands'
+    producing calls after the frontier (a wrong group literal, a reshape, an extra all-reduce
+    are on the frontier's own line)."""
+    hint = d.get("hint") if isinstance(d.get("hint"), dict) else {}
+    ops = [o for o in d.get("operands") or [] if isinstance(o, dict)]
+    if hint.get("kind") == "missing-reduction":
+        ops.sort(key=lambda o: o.get("instruction") != hint.get("operand"))
+    out: list[Frame] = []
+    for o in ops:
+        for info in (o.get("origin"), o):
+            if not isinstance(info, dict) or info.get("opcode") in ("parameter", "constant"):
+                continue  # a parameter's line is its def line: nothing there computes it
+            out += [Frame(p, n) for p, n in frames_of(str(info.get("instruction") or "").lstrip("%"))]
+            src = info.get("source") if isinstance(info.get("source"), dict) else {}
+            p = repo(str(src.get("file") or ""))
+            if p and int(src.get("line") or 0) > 0:
+                out.append(Frame(p, int(src["line"]), str(src.get("function") or "")))
+    seen = {(f.path, f.line) for f in own}
+    kept = []
+    for f in out:
+        if (f.path, f.line) not in seen:
+            seen.add((f.path, f.line))
+            kept.append(f)
+    return kept
 
 
 def collect(run: Run, workspace: str | None = None) -> list[Finding]:
@@ -254,56 +319,102 @@ def collect(run: Run, workspace: str | None = None) -> list[Finding]:
     findings: list[Finding] = []
     maps: dict[str, dict[str, Any]] = {}
     sources = Sources(workspace)
+
+    def repo(file: str) -> str | None:
+        return repo_path(file, run.repository_root, workspace)
+
+    for bad in run.config_errors:
+        findings.append(_config_finding(bad, repo))
     for model in run.models:
         res = model.result or {}
         traces = {t.get("output"): t for t in res.get("trace") or []}
         outputs = {o.get("index"): o for o in res.get("outputs") or []}
-        for d in res.get("divergences") or []:
+
+        def frames_of(name: str, model: Model = model) -> list[tuple[str, int]]:
+            entry = _sourcemap_frames(run, model, maps).get(name)
+            out = []
+            for fr in (entry or {}).get("frames", []) if isinstance(entry, dict) else []:
+                fp = repo(str(fr.get("file") or ""))
+                if fp and int(fr.get("line") or 0) > 0:
+                    out.append((fp, int(fr["line"])))
+            return out
+
+        if model.status == "bad-input":
+            at, why = model.config_error
+            if at is not None:
+                findings.append(_config_finding(f"{at.path}:{at.line}: {why}", repo, model.name))
+        divergences = [d for d in res.get("divergences") or [] if isinstance(d, dict)]
+        for r in model.rank_specific:
+            where = _frame_of(str(r.get("where") or ""), repo)
+            divergences.append({"instruction": str(r.get("instruction") or ""), "opcode": "rank-specific", "kind": "rank-specific", "cause": str(r.get("message") or "the ranks' programs differ"),
+                                "source": {"file": where.path, "line": where.line} if where else {}, "outputs": [], "ranks": r.get("ranks")})
+        for d in divergences:
             frames: list[Frame] = []
             src = d.get("source") or {}
-            p = repo_path(str(src.get("file") or ""), run.repository_root, workspace)
+            p = repo(str(src.get("file") or ""))
             if p and int(src.get("line") or 0) > 0:
                 frames.append(Frame(p, int(src["line"]), str(src.get("function") or "")))
             entry = _sourcemap_frames(run, model, maps).get(str(d.get("instruction", "")).lstrip("%"))
             for f in (entry or {}).get("frames", []) if isinstance(entry, dict) else []:
-                fp = repo_path(str(f.get("file") or ""), run.repository_root, workspace)
+                fp = repo(str(f.get("file") or ""))
                 fr = Frame(fp, int(f.get("line") or 0), str(f.get("function") or "")) if fp else None
                 if fr and fr.line > 0 and all((fr.path, fr.line) != (x.path, x.line) for x in frames):
                     frames.append(fr)
             feeds = [int(i) for i in d.get("outputs") or []]
             names = {d.get("instruction")} | {o.get("instruction") for o in d.get("operands") or []}
+            mine = [traces[i] for i in feeds if i in traces]
+            causes = _cause_frames(d, frames, frames_of, repo)
+            known = {(x.path, x.line) for x in [*frames, *causes]}
+            trace_lines: list[Frame] = []
+            for t in mine:
+                # Nearest the frontier first: the trace runs from the inputs to the output.
+                for step in reversed(t.get("steps") or []):
+                    fr = _frame_of(str(step.get("source") or ""), repo)
+                    if fr and (fr.path, fr.line) not in known:
+                        known.add((fr.path, fr.line))
+                        trace_lines.append(fr)
             findings.append(Finding(
                 model=model.name,
                 divergence=d,
                 frames=frames,
-                traces=[traces[i] for i in feeds if i in traces],
+                traces=mine,
                 expected={i: outputs[i] for i in feeds if i in outputs},
                 bijections=[b for b in res.get("bijections") or [] if b.get("distributed") in names],
                 witness=model.witness,
                 bijections_all=list(res.get("bijections") or []),
                 status=model.status,
+                causes=causes,
+                trace_lines=trace_lines,
             ))
             f = findings[-1]
-
-            def frames_of(name: str, model: Model = model) -> list[tuple[str, int]]:
-                entry = _sourcemap_frames(run, model, maps).get(name)
-                out = []
-                for fr in (entry or {}).get("frames", []) if isinstance(entry, dict) else []:
-                    fp = repo_path(str(fr.get("file") or ""), run.repository_root, workspace)
-                    if fp and int(fr.get("line") or 0) > 0:
-                        out.append((fp, int(fr["line"])))
-                return out
-
             try:
-                f.story = tell(f, sources, frames_of, lambda file: repo_path(file, run.repository_root, workspace))
+                f.story = tell(f, sources, frames_of, repo)
             except Exception:  # a finding without its story still reports its divergence (the tests require stories)
                 f.story = None
     seen: dict[str, int] = {}
     for f in sorted(findings, key=lambda f: (f.model, str(f.source or ""), f.source.line if f.source else 0, f.instruction)):
-        key = _fingerprint_key(f.model, f.divergence, f.source)
+        key = _fingerprint_key(f.model, f.divergence, f.source, f.verdict_class)
         k = seen[key] = seen.get(key, -1) + 1
         f.fingerprint = hashlib.sha256(f"{key}\0{k}".encode()).hexdigest()[:16]
     return findings
+
+
+def _config_finding(text: str, repo: Any, model: str = "") -> Finding:
+    """A located configuration error (``<file>:<line>: <message>``) as a finding on that line."""
+    from .explain import Story
+
+    first, _, rest = text.partition("\n")
+    m = _CONFIG_AT.match(first)
+    frame = None
+    message = text.strip()
+    if m is not None:
+        p = repo(m["path"])
+        frame = Frame(p, int(m["line"])) if p else None
+        message = (m["message"] + ("\n" + rest if rest.strip() else "")).strip()
+    d = {"instruction": "", "opcode": "configuration", "kind": "configuration", "cause": message, "outputs": []}
+    f = Finding(model or (frame.path if frame else "configuration"), d, [frame] if frame else [], [], {}, [], status="bad-input", config=True)
+    f.story = Story(cause=message, fix="correct this line of the configuration; the models were not run.")
+    return f
 
 
 @dataclass
@@ -317,20 +428,24 @@ class Placement:
 def place(findings: Sequence[Finding], diff: DiffIndex | None, mode: str, max_inline: int, existing: Iterable[str] = (), existing_urls: dict[str, str] | None = None) -> Placement:
     """Decide where each finding is reported. Never loses one: what is not inline is in the body.
 
-    An inline anchor must (1) pass the filter mode and (2) be a commentable line of the diff — a
-    review with any other anchor is rejected whole. The innermost source frame that qualifies
-    wins; an outer frame (a caller changed in this pull request) is the fallback.
+    An inline anchor must (1) pass the filter mode and (2) be a line of the diff — a review with
+    any other anchor is rejected whole. Among the lines a finding knows (the frontier's frames,
+    the cause operand's producing call and its callers, the relation trace's lines) the comment
+    goes on the one this pull request changed: that edit is the cause. A cause that was deleted
+    outright (an all-reduce line removed) gets the comment on the removed line (the diff's LEFT
+    side). Only when no known line changed does a context line the filter admits carry it.
     """
     if mode not in FILTER_MODES:
         raise ValueError(f"unknown filter mode {mode!r} (one of {', '.join(FILTER_MODES)})")
     existing = set(existing)
     urls = existing_urls or {}
-    groups: dict[tuple[str, int], list[Finding]] = {}
+    groups: dict[tuple[str, str, int], list[Finding]] = {}
     body: list[Finding] = []
     annotations: list[Finding] = []
     already: list[Finding] = []
     for f in findings:
         f.anchor = f.annotate = None
+        f.side, f.deleted, f.on_change = "RIGHT", [], False
         f.comment_url = urls.get(f.fingerprint)
         if not f.frames:
             f.placement, f.why = "body", "no_source"
@@ -353,10 +468,19 @@ def place(findings: Sequence[Finding], diff: DiffIndex | None, mode: str, max_in
             f.placement, f.why = "body", "no_diff"
             body.append(f)
             continue
-        f.annotate = next((fr for fr in f.frames if diff.passes(fr.path, fr.line, mode)), None)
+        core = _dedup([*f.frames, *f.causes])
+        known = _dedup([*core, *f.trace_lines])
+        changed = next((fr for fr in known if diff.changed(fr.path, fr.line)), None)
+        if changed is not None:
+            f.anchor, f.on_change = changed, True
+        elif (gone := _deleted_cause(core, diff)) is not None:
+            f.anchor, f.side, f.deleted, f.on_change = gone[0], "LEFT", gone[1], True
+        else:
+            f.anchor = next((fr for fr in f.frames if diff.passes(fr.path, fr.line, mode) and diff.commentable(fr.path, fr.line)), None)
+        # The line annotation (new-side lines only) on the anchor, else the first line that passes.
+        f.annotate = f.anchor if f.anchor and f.side == "RIGHT" else next((fr for fr in core if diff.passes(fr.path, fr.line, mode)), None)
         if f.annotate:
             annotations.append(f)
-        f.anchor = next((fr for fr in f.frames if diff.passes(fr.path, fr.line, mode) and diff.commentable(fr.path, fr.line)), None)
         if f.anchor is None:
             f.placement = "body"
             f.why = _why_not_inline(f, diff, mode)
@@ -366,7 +490,7 @@ def place(findings: Sequence[Finding], diff: DiffIndex | None, mode: str, max_in
             f.placement, f.why = "inline", "already"
             already.append(f)
             continue
-        groups.setdefault((f.anchor.path, f.anchor.line), []).append(f)
+        groups.setdefault((f.anchor.path, f.side, f.anchor.line), []).append(f)
     inline: list[list[Finding]] = []
     for key in sorted(groups):
         if len(inline) < max_inline:
@@ -375,10 +499,55 @@ def place(findings: Sequence[Finding], diff: DiffIndex | None, mode: str, max_in
             inline.append(groups[key])
         else:
             for f in groups[key]:
-                f.anchor = None
+                f.anchor, f.side, f.deleted, f.on_change = None, "RIGHT", [], False
                 f.placement, f.why, f.why_arg = "body", "over_limit", str(max_inline)
                 body.append(f)
     return Placement(inline, body, annotations, already)
+
+
+def _dedup(frames: Iterable[Frame]) -> list[Frame]:
+    seen: set[tuple[str, int]] = set()
+    out = []
+    for fr in frames:
+        if (fr.path, fr.line) not in seen:
+            seen.add((fr.path, fr.line))
+            out.append(fr)
+    return out
+
+
+# Calls whose removal is what a missing or wrong reduction most often is.
+_COLLECTIVE = re.compile(r"all_reduce|allreduce|all_gather|reduce_scatter|all_to_all|psum|pmean|ppermute|permute|reduce_from|gather_from|scatter_to|copy_to")
+SAME_BLOCK = 40  # lines: a deletion between two known lines this close is between them in one function
+
+
+def _deleted_cause(core: Sequence[Frame], diff: DiffIndex) -> tuple[Frame, list[tuple[int, str]]] | None:
+    """A run of removed lines that sat right after or before a known line of the finding, or
+    between two of them in one block (say, between the call that made a partial sum and the line
+    that uses it): (the removed line to comment on, the run quoted). A run that removed a
+    collective call wins over one that did not."""
+    best: tuple[int, Frame, list[tuple[int, str]]] | None = None
+    for order, path in enumerate(dict.fromkeys(fr.path for fr in core)):
+        fd = diff.get(path)
+        if fd is None or fd.status == "removed" or not fd.deleted:
+            continue
+        lines = sorted({fr.line for fr in core if fr.path == path})
+        runs: list[list[tuple[int, int, str]]] = []
+        for old, at, text in fd.deleted:
+            if runs and runs[-1][-1][0] + 1 == old and runs[-1][-1][1] == at:
+                runs[-1].append((old, at, text))
+            else:
+                runs.append([(old, at, text)])
+        for run in runs:
+            at = run[0][1]
+            near = (at - 1) in lines or at in lines or any(a < at <= b and b - a <= SAME_BLOCK for a in lines for b in lines)
+            code = [(old, text) for old, _, text in run if text.strip() and not text.strip().startswith("#")]
+            if not near or not code:
+                continue
+            hit = next(((old, text) for old, text in code if _COLLECTIVE.search(text)), None)
+            rank = (0 if hit else 1) * 1000 + order
+            if best is None or rank < best[0]:
+                best = (rank, Frame(path, (hit or code[0])[0]), [(old, text) for old, _, text in run][:8])
+    return (best[1], best[2]) if best else None
 
 
 def _why_not_inline(f: Finding, diff: DiffIndex, mode: str) -> str:
@@ -401,6 +570,7 @@ def move_all_to_body(placement: Placement) -> Placement:
     for group in placement.inline:
         for f in group:
             f.placement, f.why, f.anchor = "body", "refused", None
+            f.side, f.deleted, f.on_change = "RIGHT", [], False
             body.append(f)
     return Placement([], body, placement.annotations, placement.already)
 
@@ -424,7 +594,7 @@ def gate(run: Run, fail_on: str) -> tuple[str, int]:
     undecided = any(c[s] for s in UNDECIDED)
     if overall == "error":
         state = "error"
-    elif overall in ("diverged", "bad-input") or (undecided and fail_on in ("unsupported", "unproven")) or (c["unproven"] and fail_on == "unproven"):
+    elif overall in ("diverged", "rank-specific", "bad-input") or (undecided and fail_on in ("unsupported", "unproven")) or (c["unproven"] and fail_on == "unproven"):
         state = "failure"
     else:
         state = "success"

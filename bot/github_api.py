@@ -15,6 +15,7 @@ from __future__ import annotations
 import email.utils
 import random
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -85,6 +86,13 @@ def _message(e: GithubException) -> str:
         parts = [str(x.get("message") or x.get("code") or x) if isinstance(x, dict) else str(x) for x in errors]
         msg = f"{msg}: {'; '.join(parts)}" if msg else "; ".join(parts)
     return msg or "no message"
+
+
+def _located(e: BaseException) -> str:
+    """``KeyError: 'sha' (at PullRequest.py:123)``: the exception and the innermost frame."""
+    tb = traceback.extract_tb(e.__traceback__)
+    where = f" (at {tb[-1].filename.replace(chr(92), '/').rsplit('/', 1)[-1]}:{tb[-1].lineno})" if tb else ""
+    return f"{type(e).__name__}: {e}{where}" if str(e) else f"{type(e).__name__}{where}"
 
 
 def _retry_after(value: str | None, now: float) -> float | None:
@@ -177,6 +185,7 @@ class Api:
         # Not just the last attempt: after a timeout and a check that could not tell, a 429 on
         # the repeat does not make the timed-out write any less likely to be there.
         unsure = False
+        shape_retried = False
         for attempt in range(self.retry.attempts):
             if unsure and reconcile is not None:
                 found, checked = self._reconcile(action, reconcile, permission)
@@ -187,6 +196,16 @@ class Api:
             try:
                 self.calls += 1
                 return fn()
+            except (AssertionError, AttributeError, KeyError, TypeError, ValueError) as e:
+                # An answer of a shape the client library did not expect (a field missing or of
+                # another type): asked once more (a proxy may have cut it), then an error that
+                # names the call and where the answer broke; never a crash that loses the run.
+                if shape_retried or attempt + 1 >= self.retry.attempts:
+                    raise GitHubError(action, None, self.redact(f"GitHub's answer has an unexpected shape: {_located(e)}"), "The request may have gone through; the verdict is in the step outputs and the report files.") from None
+                shape_retried = True
+                unsure = True  # a write whose answer did not parse may have been applied
+                self.log(f"{action}: GitHub's answer has an unexpected shape ({self.redact(_located(e))}); asking once more")
+                continue
             except (GithubException, requests.exceptions.RequestException) as e:
                 t = classify(e, self.retry.clock())
                 if t is None:

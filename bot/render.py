@@ -128,6 +128,12 @@ def snippet_block(st: Any, line: int | None) -> str:
     return fenced("\n".join(rows), lang=st.language if st.language != "text" else "text")
 
 
+def deleted_block(lines: Sequence[tuple[int, str]]) -> str:
+    """Removed lines as the diff shows them, with their old line numbers."""
+    width = len(str(max((n for n, _ in lines), default=0)))
+    return fenced("\n".join(f"- {n:>{width}}  {text}".rstrip() for n, text in lines), lang="diff")
+
+
 def suggestion_block(new_line: str) -> str:
     """GitHub's suggested change: the block replaces the commented line with its content."""
     run = max((len(m) for m in re.findall(r"`{3,}", new_line)), default=2)
@@ -186,6 +192,7 @@ def seconds(v: Any) -> str:
 VERDICT_MARK = {
     "verified": "✅ verified",
     "diverged": "❌ diverged",
+    "rank-specific": "❌ rank-specific",
     "unsupported": "⚠️ unsupported",
     "inconclusive": "⚠️ inconclusive",
     "unproven": "🔶 unproven",
@@ -208,7 +215,7 @@ def environment() -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     env.filters.update(html_inline=html_inline, md=md, code=code, prose=prose, fenced=fenced, snippet_block=snippet_block, suggestion_block=suggestion_block, plural=plural, seconds=seconds, verdict=lambda s: VERDICT_MARK.get(s, s), tojson_compact=lambda v: json.dumps(v, separators=(",", ":"), sort_keys=True))
-    env.globals.update(VERDICT_MARK=VERDICT_MARK, code=code, md=md, prose=prose, snippet_block=snippet_block, suggestion_block=suggestion_block, diff_block=diff_block, group_by_line=group_by_line, why_text=lambda f: message("why", f.why, f.why_arg))
+    env.globals.update(VERDICT_MARK=VERDICT_MARK, code=code, md=md, prose=prose, snippet_block=snippet_block, suggestion_block=suggestion_block, deleted_block=deleted_block, diff_block=diff_block, group_by_line=group_by_line, why_text=lambda f: message("why", f.why, f.why_arg))
     return env
 
 
@@ -276,7 +283,7 @@ def truncate(text: str, limit: int, note: str | None = None) -> str:
 
 
 def headline(run: Run) -> str:
-    return message("headline", run.counts, len(run.models), run.error or "")
+    return message("headline", run.counts, len(run.models), run.error or "", len(run.config_errors))
 
 
 def finding_marker(group: Sequence[Finding]) -> str:
@@ -354,7 +361,7 @@ def resolved_comment(old_body: str, ctx: Ctx) -> str:
 
 
 def check_output(run: Run, findings: Sequence[Finding], ctx: Ctx) -> dict[str, str]:
-    title = message("check_title", run.counts, len(run.models), run.error or "")[:ANNOTATION_TITLE_LIMIT]
+    title = message("check_title", run.counts, len(run.models), run.error or "", len(run.config_errors))[:ANNOTATION_TITLE_LIMIT]
     summary = fit(lambda d: _render("check_summary.md.j2", run=run, findings=findings, ctx=ctx, detail=d, headline=headline(run)), CHECK_LIMIT)
     text = fit(lambda d: _render("check_text.md.j2", run=run, findings=findings, ctx=ctx, detail=d), CHECK_LIMIT, levels=(Detail(None), Detail(200), Detail(60), Detail(20), Detail(20, 100), Detail(10, 40), Detail(0, 40), Detail(0, 15)), floor=trace_floor(findings))
     return {"title": title, "summary": summary, "text": text}
@@ -365,7 +372,7 @@ def step_summary(run: Run, findings: Sequence[Finding], ctx: Ctx, placement: Pla
 
 
 def status_description(run: Run, state: str, ctx: Ctx) -> str:
-    text = message("status_description", run.counts, len(run.models), state, run.error or "", ctx.fail_on)
+    text = message("status_description", run.counts, len(run.models), state, run.error or "", ctx.fail_on, len(run.config_errors))
     return text if len(text) <= STATUS_DESCRIPTION_LIMIT else text[: STATUS_DESCRIPTION_LIMIT - 1] + "…"
 
 

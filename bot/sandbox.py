@@ -436,7 +436,19 @@ def _outcome(
             if error
             else f"the sandboxed build failed (exit code {code}){where}"
         )
-        return Built(False, _number(build.get("seconds")) or seconds, peak, text)
+        # The build found the model's .shardproof.yml entry wrong (an entry that does not import,
+        # a knob never read): the author's configuration error, as without the sandbox. Its
+        # located message comes first in the error, so it is kept from the start.
+        bad = inner.get("status") == "bad-input" and bool(error)
+        if bad:
+            text = str(error)[:MAX_ERROR_CHARS]
+        return Built(
+            False,
+            _number(build.get("seconds")) or seconds,
+            peak,
+            text,
+            summary={"bad_input": True} if bad else {},
+        )
     missing = [f for f in ARTIFACTS.values() if f not in copied]
     if missing:
         return Built(

@@ -126,6 +126,22 @@ def commentable_lines(patch: str | None) -> set[int]:
     return lines
 
 
+def deleted_lines(patch: str | None) -> set[int]:
+    """Old-side lines a patch removes (where GitHub accepts a LEFT-side comment)."""
+    lines: set[int] = set()
+    old = 0
+    for raw in (patch or "").split("\n"):
+        header = re.match(r"@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@", raw)
+        if header:
+            old = int(header.group(1))
+        elif raw.startswith("-"):
+            lines.add(old)
+            old += 1
+        elif raw.startswith(" "):
+            old += 1
+    return lines
+
+
 class FakeGitHub:
     def __init__(self, repo: str = "acme/models", token: str = "ghs_faketoken0123456789abcdefghijklmnop", per_page_cap: int = 100) -> None:
         self.repo = repo
@@ -431,7 +447,8 @@ class FakeGitHub:
         for c in comments:
             f = files.get(c.get("path"))
             side = c.get("side", "RIGHT")
-            if f is None or side != "RIGHT" or not isinstance(c.get("line"), int) or c["line"] not in commentable_lines(f.get("patch")):
+            lines = commentable_lines(f.get("patch")) if f is not None and side == "RIGHT" else deleted_lines(f.get("patch")) if f is not None and side == "LEFT" else set()
+            if not isinstance(c.get("line"), int) or c["line"] not in lines:
                 return self._error(422, "Unprocessable Entity", ["Pull request review thread line must be part of the diff"])
             if len(c.get("body") or "") > 65536:
                 return self._error(422, "Unprocessable Entity", ["Body is too long (maximum is 65536 characters)"])
