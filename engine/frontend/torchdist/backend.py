@@ -494,6 +494,39 @@ def start(rank: int, world_size: int) -> None:
     xla_backend = sys.modules.get("torch_xla.distributed.xla_backend")
     if xla_backend is not None and hasattr(xla_backend, "_orig_new_group_fn"):
         dist.new_group = xla_backend._orig_new_group_fn
+    _every_group_here(dist)
     if dist.is_initialized():
         dist.destroy_process_group()
     dist.init_process_group(NAME, store=dist.HashStore(), rank=rank, world_size=world_size)
+
+
+def _every_group_here(dist: Any) -> None:
+    """Make every ``new_group`` a group of this backend, whatever backend the code names.
+
+    A rank's build has no peers: a gloo or NCCL group would wait at its rendezvous for ranks
+    that never come (Megatron's default ``initialize_model_parallel`` makes a gloo copy of its
+    data-parallel groups, ``create_gloo_process_groups=True``, and hung there until the time
+    cap). Which transport a group would use changes no value a collective computes, so each
+    group is this backend's over the same ranks; its options (``pg_options``) belong to the
+    backend it named and are dropped. Both the package's and ``distributed_c10d``'s name are
+    replaced: torch's own helpers (``new_subgroups``) call the latter."""
+    from torch.distributed import distributed_c10d
+
+    current = dist.new_group
+    if getattr(current, "_shardproof", False):
+        return
+
+    def new_group(*args: Any, **kwargs: Any) -> Any:
+        args = list(args)
+        if len(args) > 2:
+            args[2] = None  # backend, positionally
+        if len(args) > 3:
+            args[3] = None  # pg_options
+        if kwargs.get("backend") is not None:
+            kwargs["backend"] = None
+        kwargs.pop("pg_options", None)
+        return current(*args, **kwargs)
+
+    new_group._shardproof = True  # type: ignore[attr-defined]
+    dist.new_group = new_group
+    distributed_c10d.new_group = new_group
