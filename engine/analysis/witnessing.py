@@ -292,8 +292,23 @@ def _stop(result: Result) -> str:
     return f"{stop}; {missing}" if missing else stop
 
 
+def as_gap(d: dict[str, Any], evidence: str) -> None:
+    """Word a frontier entry the witness does not confirm as what it is, a rule gap: the rules
+    could not relate the instruction, and ``evidence`` says what the witness found. The cause
+    localization wrote assumed a bug ("a reduction is missing", "puts elements in a different
+    order"); it is kept as ``rules_saw`` for whoever extends the rules, and the fix ``hint``
+    is dropped (there is nothing to fix in the code under review)."""
+    d["kind"] = "rule-gap"
+    if "rules_saw" not in d:
+        d["rules_saw"] = d.get("cause")
+    operands = "; ".join(f"{o['instruction']} is {o['relation']}" for o in d.get("operands") or [] if o.get("relation"))
+    d["cause"] = f"the rules could not relate this {d.get('opcode')} to the baseline" + (f" (operands: {operands})" if operands else "") + f"; {evidence}"
+    d["hint"] = None
+
+
 def _label(result: Result, probes: list[Any], confirmed: bool) -> None:
-    """kind and numeric of each divergence; the ones that really differ first."""
+    """kind and numeric of each divergence; the ones that really differ first. An entry that is
+    no confirmed difference is worded as a rule gap (as_gap), never as a bug."""
     by_name = {p.distributed: p for p in probes}
     for d in result.divergences:
         p = by_name.get(_probed(d)["instruction"].lstrip("%"))
@@ -302,6 +317,12 @@ def _label(result: Result, probes: list[Any], confirmed: bool) -> None:
             d["numeric"] = None
         holds = d["numeric"]["holds"] if d["numeric"] else None
         d["kind"] = "rule-gap" if not confirmed or holds else "divergence"
+        if d["kind"] != "rule-gap":
+            continue
+        if confirmed:
+            as_gap(d, "the witness found its values equal to the baseline's (the outputs differ elsewhere)")
+        else:
+            as_gap(d, "the witness found the outputs equal" + (", and this instruction's values equal to the baseline's" if holds else ""))
     order = {False: 0, None: 1, True: 2}
     result.divergences.sort(key=lambda d: order[d["numeric"]["holds"] if d["numeric"] else None])
 
@@ -316,7 +337,8 @@ def _unexecuted(result: Result, spec: RelationSpec, texts: dict[str, str], optio
         return
     held = [d["instruction"] for d in result.divergences if d.get("numeric") and d["numeric"]["holds"]]
     for d in result.divergences:
-        d["kind"] = "rule-gap"
+        held_alone = bool(d.get("numeric") and d["numeric"]["holds"])
+        as_gap(d, f"not executed ({why}); " + ("run alone, the witness found its values equal to the baseline's" if held_alone else "no witness found a difference"))
     alone = (f"the diverging instruction(s) {', '.join(held)} hold numerically when run alone on inputs satisfying their operands' proven relations" if held
              else "no diverging instruction could be run alone (no baseline counterpart, operands without a relation the witness can generate, or above the budget too)")
     w["reason"] = f"{why}; {alone}"
@@ -413,6 +435,8 @@ def _confirm_segments(result: Result, spec: RelationSpec, texts: dict[str, str],
         differs, chk, seed, trials, check = out
         d["numeric"] = {"holds": not differs, "detail": chk}
         d["kind"] = "divergence" if differs else "rule-gap"
+        if not differs:
+            as_gap(d, "run alone, the witness found its values equal to the baseline's")
         if differs:
             # Not "confirmed": no output was compared, and the instruction's counterpart is only
             # the baseline instruction reading the same operands, not a value it must equal.
