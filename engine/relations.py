@@ -55,12 +55,27 @@ class Relation:
 
 
 @dataclass(frozen=True)
+class Gathered:
+    """An input cut further over devices outside the sharding group and gathered whole inside
+    the program (FSDP on a data-parallel axis): each device holds its rank's value (the
+    binding's relation) cut into ``len(group)`` equal blocks along ``dim``, block j on the j-th
+    device of its group in ``groups``; every member of such a group has the same rank. The
+    program's all-gather of the parameter along ``dim`` over exactly these groups restores the
+    rank's value, so the relation holds for that all-gather's result (the parameter itself
+    relates to nothing)."""
+
+    dim: int
+    groups: tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True)
 class Binding:
     baseline: int | str | None
     distributed: int | str | None
     relation: Relation
     key: str  # "inputs[2]" for messages
     int_range: tuple[int, int] | None = None
+    gathered: Gathered | None = None
 
 
 CUSTOM_CALL_KEEPS = ("duplicate", "sharded")
@@ -157,6 +172,9 @@ def parse_relations(data: Any, path: str = "<relations>") -> RelationSpec:
                 raise fail(b.key, f"a {b.relation.kind} input names only a distributed parameter")
         elif b.baseline is None or b.distributed is None:
             raise fail(b.key, "expected both 'baseline' and 'distributed' parameters")
+    for b in inputs:
+        if b.gathered is not None:
+            _check_gathered(b, groups, fail)
     for b in outputs:
         if not isinstance(b.baseline, int) or not isinstance(b.distributed, int):
             raise fail(b.key, "outputs name ROOT tuple indices (integers) for baseline and distributed")
@@ -189,6 +207,22 @@ def with_assumptions(spec: RelationSpec, extra: tuple[str, ...] | list[str]) -> 
     if not extra or set(extra) <= set(spec.assume):
         return spec
     return dataclasses.replace(spec, assume=tuple(a for a in ASSUMPTIONS if a in spec.assume or a in extra))
+
+
+def _check_gathered(b: Binding, groups: list[list[int]], fail: Any) -> None:
+    """The gathered groups cover every device once, are of one size, and each holds devices of
+    one rank (so the gathered blocks are pieces of one rank's value)."""
+    assert b.gathered is not None
+    key = f"{b.key}.gathered.groups"
+    rank_of = {d: r for g in groups for r, d in enumerate(g)}
+    flat = [d for g in b.gathered.groups for d in g]
+    if sorted(flat) != sorted(rank_of):
+        raise fail(key, f"the gathered groups must cover the devices of groups {groups} once each, got {[list(g) for g in b.gathered.groups]}")
+    if len({len(g) for g in b.gathered.groups}) != 1:
+        raise fail(key, "all gathered groups must have the same size")
+    for g in b.gathered.groups:
+        if len({rank_of[d] for d in g}) != 1:
+            raise fail(key, f"gathered group {list(g)} mixes ranks {sorted({rank_of[d] for d in g})} of the sharding groups; its devices must hold the same rank's value")
 
 
 def _custom_call(cc: Any, key: str, fail: Any) -> CustomCallRule:
@@ -231,7 +265,7 @@ def _list(data: dict[str, Any], key: str, fail: Any) -> list[Any]:
 def _binding(x: Any, key: str, allowed: tuple[str, ...], fail: Any) -> Binding:
     if not isinstance(x, dict):
         raise fail(key, "expected a mapping like {baseline: 0, distributed: 0, relation: duplicate}")
-    extra = set(x) - {"baseline", "distributed", "relation", "dim", "blocks", "op", "int_range", "name", "width"}
+    extra = set(x) - {"baseline", "distributed", "relation", "dim", "blocks", "op", "int_range", "name", "width", "gathered"}
     if extra:
         raise fail(f"{key}.{sorted(map(str, extra))[0]}", "unknown key")
     rel = x.get("relation")
@@ -262,4 +296,15 @@ def _binding(x: Any, key: str, allowed: tuple[str, ...], fail: Any) -> Binding:
     ir = x.get("int_range")
     if ir is not None and not (isinstance(ir, list) and len(ir) == 2 and all(isinstance(v, int) for v in ir)):
         raise fail(f"{key}.int_range", "expected [lo, hi]")
-    return Binding(x.get("baseline"), x.get("distributed"), Relation(rel, dim, tuple(blocks), op, width), key, tuple(ir) if ir else None)
+    gathered = None
+    if "gathered" in x:
+        gx = x["gathered"]
+        if rel not in ("duplicate", "sharded") or not isinstance(gx, dict) or set(gx) != {"dim", "groups"}:
+            raise fail(f"{key}.gathered", "expected {dim: D, groups: [[device, ...], ...]} on a duplicate or sharded input")
+        gd, gg = gx["dim"], gx["groups"]
+        if not isinstance(gd, int) or isinstance(gd, bool) or gd < 0:
+            raise fail(f"{key}.gathered.dim", "expected a non-negative integer")
+        if not isinstance(gg, list) or not gg or not all(isinstance(g, list) and g and all(isinstance(d, int) and not isinstance(d, bool) for d in g) for g in gg):
+            raise fail(f"{key}.gathered.groups", "expected a non-empty list of device lists")
+        gathered = Gathered(gd, tuple(tuple(g) for g in gg))
+    return Binding(x.get("baseline"), x.get("distributed"), Relation(rel, dim, tuple(blocks), op, width), key, tuple(ir) if ir else None, gathered)

@@ -65,12 +65,32 @@ def check_inputs(spec: RelationSpec, base: Module, dist: Module) -> tuple[list[t
             assert b.baseline is not None
             bp = param(base, b.baseline, b.key, "baseline", spec.path, base_index)
             _check_shapes(spec.path, b, bp, dp, c)
+            if b.gathered is not None:
+                # The relation holds for the parameter's all-gathers that restore the rank's
+                # value; the parameter itself, and any other use of it, relates to nothing.
+                bound.extend((b, bp, ag) for ag in _restoring_gathers(dist, dp, b))
+                continue
         bound.append((b, bp, dp))
     missing = [p for p in dist.entry.parameters if p.name not in seen]
     if missing:
         p = missing[0]
         raise InputError(spec.path, "inputs", f"distributed parameter {p.parameter_number} ({p.name}: {p.shape}) has no relation; say how it relates to the baseline (duplicate, sharded, partial or rank)")
     return bound, rank_params
+
+
+def _restoring_gathers(dist: Module, dp: Instruction, b: Binding) -> list[Instruction]:
+    """The all-gathers of parameter ``dp`` along the gathered dim over exactly the gathered
+    groups (each group's devices in its order: block j comes from its j-th device)."""
+    assert b.gathered is not None
+    want = sorted(b.gathered.groups)
+    out = []
+    for ins in dist.entry.instructions:
+        if ins.opcode != "all-gather" or [o.lstrip("%") for o in ins.operands] != [dp.name.lstrip("%")]:
+            continue
+        groups = ins.parsed.get("replica_groups")
+        if list(ins.parsed.get("dimensions", [])) == [b.gathered.dim] and groups and sorted(tuple(g) for g in groups) == want:
+            out.append(ins)
+    return out
 
 
 def _check_shapes(path: str, b: Binding, bp: Instruction, dp: Instruction, c: int) -> None:
@@ -96,8 +116,15 @@ def _check_shapes(path: str, b: Binding, bp: Instruction, dp: Instruction, c: in
         if c * w < expect[d]:
             raise InputError(path, f"{b.key}.width", f"width {w} over c={c} ranks covers {c * w} elements, fewer than the {expect[d]} of dim {d} of baseline {bp.name} ({bs})")
         expect[d] = w
+    how = rel.describe()
+    if b.gathered is not None:
+        gd, k = b.gathered.dim, len(b.gathered.groups[0])
+        if gd >= len(expect) or expect[gd] % k:
+            raise InputError(path, f"{b.key}.gathered.dim", f"dim {gd} of {how} of baseline {bp.name} ({bs}) does not divide into {k} gathered blocks")
+        expect[gd] //= k
+        how += f" in {k} blocks along dim {gd}"
     if list(ds.dims) != expect:
-        raise InputError(path, b.key, f"distributed {dp.name} is {ds}, but {rel.describe()} of baseline {bp.name} ({bs}) needs {bs.dtype}[{','.join(map(str, expect))}]")
+        raise InputError(path, b.key, f"distributed {dp.name} is {ds}, but {how} of baseline {bp.name} ({bs}) needs {bs.dtype}[{','.join(map(str, expect))}]")
 
 
 def range_seeds(b: Binding, bg: int | str | None, dg: int | str) -> list[str]:

@@ -18,12 +18,19 @@ RANK_FAMILY = ("rank", "shifted", "below0", "abovew", "outside", "clamped", "vga
 def localize(spec: RelationSpec, g: Graphs, facts: Facts, outputs: list[dict[str, Any]], douts: list[Instruction], sm: SourceMap) -> list[dict[str, Any]]:
     dist_nodes = [n for n in g.nodes if n.side == "distributed"]
     live = _unproven_ancestors(g, facts, [g.node("distributed", douts[o["index"]].name).gid for o in outputs if not o["ok"]])
+    gathered = _gathered_params(spec, dist_nodes)
     out: list[dict[str, Any]] = []
     for n in dist_nodes:
         if n.gid not in live or related(facts, n.gid) or n.ins.opcode in ("parameter", "tuple"):
             continue
-        if all(related(facts, o) for o in n.operands):
-            out.append(_divergence(spec, g, facts, n, sm))
+        if all(related(facts, o) or o in gathered for o in n.operands):
+            d = _divergence(spec, g, facts, n, sm)
+            for o in n.operands:
+                if o in gathered:
+                    gd, groups = gathered[o]
+                    d["cause"] = (f"operand %{g.nodes[o].ins.name} is an input split over devices {groups} along dim {gd} (FSDP) that only its all-gather along dim {gd} "
+                                  f"over exactly those groups restores; this {n.ins.opcode} uses it otherwise")
+            out.append(d)
     out = [_blame_average(spec, g, facts, _blame_layout(spec, g, facts, d, sm), sm) for d in out]
     if not out:
         # Every distributed instruction relates to something, but an output has the wrong
@@ -49,6 +56,21 @@ def localize(spec: RelationSpec, g: Graphs, facts: Facts, outputs: list[dict[str
     for d in out:
         gid = g.node("distributed", d["instruction"].lstrip("%")).gid
         d["outputs"] = [o["index"] for o in outputs if not o["ok"] and gid in ancestors(g, [g.node("distributed", o["distributed"].lstrip("%")).gid])]
+    return out
+
+
+def _gathered_params(spec: RelationSpec, dist_nodes: list[Node]) -> dict[int, tuple[int, list[list[int]]]]:
+    """The distributed parameters declared ``gathered`` (relations.Gathered): they relate to the
+    baseline through their restoring all-gathers only, so an instruction that uses one in any
+    other way is where the program leaves the declared relation."""
+    out: dict[int, tuple[int, list[list[int]]]] = {}
+    params = [n for n in dist_nodes if n.ins.opcode == "parameter"]
+    for b in spec.inputs:
+        if b.gathered is None:
+            continue
+        for n in params:
+            if b.distributed in (n.ins.parameter_number, n.ins.name.lstrip("%")) or (isinstance(b.distributed, str) and b.distributed.lstrip("%") == n.ins.name.lstrip("%")):
+                out[n.gid] = (b.gathered.dim, [list(x) for x in b.gathered.groups])
     return out
 
 

@@ -63,6 +63,8 @@ def relations_doc(spec: RelationSpec) -> dict[str, Any]:
             e["dim"], e["width"] = b.relation.dim, b.relation.width
         if b.int_range is not None:
             e["int_range"] = list(b.int_range)
+        if b.gathered is not None:
+            e["gathered"] = {"dim": b.gathered.dim, "groups": [list(g) for g in b.gathered.groups]}
         return e
 
     return {"groups": spec.groups, "inputs": [entry(b) for b in spec.inputs], "outputs": [entry(b) for b in spec.outputs]}

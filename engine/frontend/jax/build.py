@@ -69,14 +69,17 @@ def groups_of(mesh: Any, group_axes: tuple[str, ...]) -> list[list[int]]:
     return [[int(v) for v in row] for row in np.transpose(idx, perm).reshape(-1, c)]
 
 
-def relation_of(spec: Spec, shape: tuple[int, ...], mesh: Any, group_axes: tuple[str, ...], what: str, per_group: bool = False) -> tuple[dict[str, Any], tuple[int, ...]]:
+def relation_of(spec: Spec, shape: tuple[int, ...], mesh: Any, group_axes: tuple[str, ...], what: str, per_group: bool = False, state: bool = False) -> tuple[dict[str, Any], tuple[int, ...]]:
     """The relation of a value with ``spec`` to the baseline value, and the baseline's shape.
 
     ``shape`` is the global shape of an input; with ``per_group`` it is already one group's (a
     baseline output's): a dim split over a non-group (data-parallel) axis is that group's part,
-    so it is not divided again."""
+    so it is not divided again. A dim of model ``state`` (a weight: one value for every group)
+    split over non-group axes is FSDP: the baseline receives it whole, and the relation holds
+    for the program's all-gather of it over those axes (``gathered``)."""
     local = list(shape)
     rel: dict[str, Any] = {"relation": "duplicate"}
+    gathered: dict[str, Any] | None = None
     if len(spec) > len(shape):
         raise SpecError(f"{what}: spec {spec} has more entries than the shape {shape} has dims")
     for d, entry in enumerate(spec):
@@ -86,7 +89,18 @@ def relation_of(spec: Spec, shape: tuple[int, ...], mesh: Any, group_axes: tuple
                 raise SpecError(f"{what}: dim {d} is split over {a!r}, which is not an axis of the mesh {tuple(mesh.axis_names)}")
         grouped = tuple(a for a in axes if a in group_axes)
         other = [a for a in axes if a not in group_axes]
-        if not per_group:
+        if other and state and not per_group:
+            if gathered is not None:
+                raise SpecError(f"{what}: dims {gathered['dim']} and {d} of a weight are both split over non-group axes; FSDP gathers one dim")
+            if grouped:
+                raise SpecError(f"{what}: dim {d} is split over {axes}; the group axes {group_axes} must split it together, in this order, and alone")
+            k = 1
+            for a in other:
+                k *= mesh.shape[a]
+            if local[d] % k:
+                raise SpecError(f"{what}: dim {d} of {shape} does not divide over axis {'/'.join(other)} ({k})")
+            gathered = {"dim": d, "groups": groups_of(mesh, tuple(other))}
+        elif not per_group:
             for a in other:
                 if local[d] % mesh.shape[a]:
                     raise SpecError(f"{what}: dim {d} of {shape} does not divide over axis '{a}' ({mesh.shape[a]})")
@@ -102,6 +116,8 @@ def relation_of(spec: Spec, shape: tuple[int, ...], mesh: Any, group_axes: tuple
             if local[d] % c:
                 raise SpecError(f"{what}: dim {d} of {shape} does not divide over axis {'/'.join(grouped)} ({c})")
             rel = {"relation": "sharded", "dim": d}
+    if gathered is not None:
+        rel["gathered"] = gathered
     return rel, tuple(local)
 
 
@@ -114,7 +130,7 @@ def derive(model: JaxModel, name: str, leaves: list[Leaf]) -> dict[str, Any]:
     inputs, base_shapes = [], []
     for i, leaf in enumerate(leaves):
         what = f"{name}: input {leaf.name}"
-        rel, local = relation_of(tuple(leaf.spec), leaf.shape, mesh, group_axes, what)
+        rel, local = relation_of(tuple(leaf.spec), leaf.shape, mesh, group_axes, what, state=leaf.state)
         entry = {"baseline": i, "distributed": i, **rel}
         if leaf.int_range is not None:
             entry["int_range"] = [int(leaf.int_range[0]), int(leaf.int_range[1])]
@@ -126,13 +142,14 @@ def derive(model: JaxModel, name: str, leaves: list[Leaf]) -> dict[str, Any]:
 @contextlib.contextmanager
 def _sharding_context(model: JaxModel) -> Iterator[None]:
     """Where the distributed function is traced: the model's mesh in force (for
-    ``with_sharding_constraint`` with bare PartitionSpecs) and, for flax code, its logical axis
-    rules (``nn.with_logical_constraint`` is a no-op without them, as in the baseline)."""
+    ``with_sharding_constraint`` with bare PartitionSpecs) and, for flax code split by the
+    partitioner, its logical axis rules (``nn.with_logical_constraint`` is a no-op without
+    them, as in the baseline; inside a shard_map the code is per device, so they stay off)."""
     import jax
 
     with contextlib.ExitStack() as stack:
         stack.enter_context(jax.set_mesh(model.mesh))
-        if model.rules is not None:
+        if model.rules is not None and model.gspmd:
             from flax.linen import logical_axis_rules
 
             stack.enter_context(logical_axis_rules(list(model.rules)))
@@ -159,7 +176,7 @@ def build_one(model: JaxModel, name: str, out: Path, dump: Path) -> None:
 
     rules = _rules(model)
     try:
-        leaves, rebuild = flatten(model.inputs, model.mesh, rules)
+        leaves, rebuild = flatten(model.inputs, model.mesh, rules, model.state)
     except TreeError as e:
         raise SpecError(f"{name}: {e}") from e
     d = derive(model, name, leaves)

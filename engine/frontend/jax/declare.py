@@ -62,6 +62,9 @@ class JaxInput:
     dtype: str = "float32"
     spec: Spec = ()
     int_range: tuple[int, int] | None = None
+    # Model state (a weight): one value for every data-parallel group; a dim split over a
+    # non-group axis is then FSDP, gathered whole inside the program (flax boxes are state).
+    state: bool = False
 
 
 @dataclass
@@ -82,6 +85,9 @@ class JaxModel:
     # logical names of input/output specs and of flax boxes map to the mesh (default: the
     # boxes' own rules, else flax's rules in force at build time).
     rules: Sequence[tuple[str, Any]] | None = None
+    # The positional arguments that are model state (default: those leaves that are flax boxes
+    # or JaxInputs with state=True): a dim split over a non-group axis is FSDP there.
+    state: Sequence[int] | None = None
 
 
 @dataclass

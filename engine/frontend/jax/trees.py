@@ -41,6 +41,10 @@ class Leaf:
     dtype: Any
     spec: Spec
     int_range: tuple[int, int] | None = None
+    # Model state (a weight, an optimizer moment): one value for every data-parallel group, so
+    # a dim split over a non-group axis is FSDP (gathered inside the program), not the group's
+    # part of a batch.
+    state: bool = False
 
 
 def _is_box(x: Any) -> bool:
@@ -117,7 +121,7 @@ def _box_leaf(box: Any, name: str, mesh: Any, rules: Sequence[tuple[str, Any]] |
 
     if isinstance(box, JaxInput):
         spec = map_axes(tuple(box.spec), rules, mesh.axis_names, name)
-        return Leaf(name, tuple(box.shape), box.dtype, spec, box.int_range), lambda v: v
+        return Leaf(name, tuple(box.shape), box.dtype, spec, box.int_range, box.state), lambda v: v
     values, treedef = jax.tree_util.tree_flatten(box)
     if len(values) != 1:
         raise TreeError(f"{name}: a partitioned box holds {len(values)} arrays, expected one")
@@ -142,12 +146,15 @@ def _box_leaf(box: Any, name: str, mesh: Any, rules: Sequence[tuple[str, Any]] |
         if len(names) != len(shape):
             raise TreeError(f"{name}: partition names {tuple(names)} for an array of shape {shape}")
         spec = map_axes(tuple(names), rules if rules is not None else own_rules, mesh.axis_names, name)
-    return Leaf(name, shape, dtype, spec), lambda v: jax.tree_util.tree_unflatten(treedef, [v])
+    return Leaf(name, shape, dtype, spec, state=True), lambda v: jax.tree_util.tree_unflatten(treedef, [v])
 
 
-def flatten(args: Sequence[Any], mesh: Any, rules: Sequence[tuple[str, Any]] | None) -> tuple[list[Leaf], Callable[[list[Any]], tuple[Any, ...]]]:
+def flatten(args: Sequence[Any], mesh: Any, rules: Sequence[tuple[str, Any]] | None, state: Sequence[int] | None = None) -> tuple[list[Leaf], Callable[[list[Any]], tuple[Any, ...]]]:
     """The array leaves of the positional arguments in jit's order, and a function that rebuilds
-    the arguments with new leaf values (boxes and modules kept around them)."""
+    the arguments with new leaf values (boxes and modules kept around them). ``state``: the
+    positional arguments that are model state (default: flax boxes and JaxInputs marked so)."""
+    import dataclasses
+
     import jax
 
     nodes, treedef = jax.tree_util.tree_flatten_with_path(tuple(args), is_leaf=_is_box)
@@ -160,6 +167,8 @@ def flatten(args: Sequence[Any], mesh: Any, rules: Sequence[tuple[str, Any]] | N
         else:
             shape, dtype = _abstract(node, name)
             leaf, wrap = Leaf(name, shape, dtype, _spec_of_sharding(getattr(node, "sharding", None), mesh, name)), (lambda v: v)
+        if state is not None:
+            leaf = dataclasses.replace(leaf, state=getattr(path[0], "idx", None) in state)
         leaves.append(leaf)
         rebuild.append(wrap)
 
