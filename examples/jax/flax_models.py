@@ -142,9 +142,10 @@ def linen_embedding(ctx: JaxContext) -> JaxModel:
     def per_device(vs: Any, tok: Any) -> Any:
         lo = jax.lax.axis_index("model") * w
         local = tok - lo
-        outside = (local < 0) | (local > w if bug == "mask_off_by_one" else local >= w)  # BUG-SITE: mask_off_by_one
+        outside = (local < 0) | (local >= w)
         rows = Embedder(w, d).apply(vs, jnp.where(outside, 0, local))
-        return jax.lax.psum(jnp.where(outside[:, None], 0.0, rows), "model")
+        masked = jnp.where(outside[:, None], 0.0, rows)
+        return jax.lax.psum(rows if bug == "rows_unmasked" else masked, "model")  # BUG-SITE: rows_unmasked
 
     dist = shard_map(per_device, mesh=mesh, in_specs=(_mesh_specs(variables, RULES), P()), out_specs=P(), check_vma=False)
     return JaxModel(module.apply, dist, mesh, [variables, ids], rules=RULES, group_axes=("model",),
@@ -207,9 +208,7 @@ def linen_scan_decoder(ctx: JaxContext) -> JaxModel:
             a = Attention(h // c, hd, name="attn")(RmsNorm(name="norm1")(x))
             x = x + jax.lax.psum(a, "model")
             m = Mlp(f // c, name="mlp")(RmsNorm(name="norm2")(x))
-            if bug != "scan_mlp_missing_psum":
-                m = jax.lax.psum(m, "model")  # BUG-SITE: scan_mlp_missing_psum
-            return x + m, None
+            return x + (m if bug == "scan_mlp_missing_psum" else jax.lax.psum(m, "model")), None  # BUG-SITE: scan_mlp_missing_psum
 
     class TpDecoder(nn.Module):
         @nn.compact
@@ -252,10 +251,10 @@ def nnx_mlp(ctx: JaxContext) -> JaxModel:
                         description=f"flax nnx MLP (nnx.with_partitioning), TP {c}, GSPMD")
 
     def per_device(m: Any, xs: Any) -> Any:
-        y = m(xs)
+        y = jax.lax.psum(m(xs), "model")
         if bug == "nnx_double_psum":
             y = jax.lax.psum(y, "model")  # BUG-SITE: nnx_double_psum
-        return jax.lax.psum(y, "model")
+        return y
 
     specs = jax.tree_util.tree_map(lambda v: P(*nn.logical_to_mesh_axes(v.get_metadata()["out_sharding"], RULES)), model, is_leaf=lambda v: isinstance(v, nnx.Variable))
     dist = shard_map(per_device, mesh=mesh, in_specs=(specs, P()), out_specs=P(), check_vma=False)
