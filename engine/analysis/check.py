@@ -24,7 +24,7 @@ from ..relations import ASSUMPTION_TEXT, RelationSpec
 from ..sourcemap import SourceMap
 from .folded import FoldMismatch
 from .partition import DEFAULT_LAYER_PATTERN
-from .verify import VERIFIED, Budget, Result, verify
+from .verify import UNSUPPORTED, VERIFIED, Budget, Result, verify
 
 # A partitioned run that is not verified is run again as one e-graph when the pair has at most
 # this many entry instructions (both sides): the cut may have hidden an equality. Tens of layers
@@ -84,6 +84,9 @@ def check_files(spec: RelationSpec, baseline: str | Path, distributed: str | Pat
     assumed: dict[str, Any] = {}
     result = _check_files(spec, baseline, distributed, sourcemap, budget, assumed)
     result.assumptions = _assumptions(spec, assumed)
+    if result.verdict == UNSUPPORTED and "elided-constants" not in spec.assume and any(u.get("opcode") == "constant" and "{...}" in str(u.get("reason")) for u in result.unsupported):
+        result.reason += (" Or, when each elided constant of the distributed program is the baseline's constant of the same name, shape and type, "
+                          "state that assumption: `--assume elided-constants` (relations `assume: [elided-constants]`); the verdict then names it.")
     if witness == "never" or (witness == "auto" and result.verdict == VERIFIED):
         return result
     from . import witnessing
