@@ -66,6 +66,101 @@ def test_bad_configuration_names_the_key(tmp_path: Path, text: str, key: str) ->
     assert key in str(e.value)
 
 
+def _bug_site(path: str, variant: str) -> int:
+    for n, text in enumerate((ROOT / path).read_text().splitlines(), 1):
+        if text.rstrip().endswith(f"# BUG-SITE: {variant}"):
+            return n
+    raise LookupError(variant)
+
+
+def test_output_shapes_are_one_groups() -> None:
+    """A baseline output is one group's: a DP x TP layer with batch 2 over 'data' 2 has a
+    baseline output of batch 1, which is not divided again (it was refused: "dim 0 of (1, 8,
+    32) does not divide over axis 'data' (2)")."""
+    mesh = _mesh(data=2, model=2)
+    assert relation_of(("data", None, None), (1, 8, 32), mesh, ("model",), "out", per_group=True) == ({"relation": "duplicate"}, (1, 8, 32))
+    assert relation_of(("data", None, "model"), (1, 8, 32), mesh, ("model",), "out", per_group=True) == ({"relation": "sharded", "dim": 2}, (1, 8, 32))
+    # The input of the same layer: the baseline receives the group's half of the batch.
+    assert relation_of(("data", None, None), (2, 8, 32), mesh, ("model",), "x") == ({"relation": "duplicate"}, (1, 8, 32))
+
+
+def test_fsdp_weights_are_one_baseline_weight() -> None:
+    """Model state split over a non-group axis (FSDP) is one baseline weight, related through
+    its all-gather over that axis (gathered); data split so is the group's part."""
+    mesh = _mesh(data=2, model=2)
+    rel, shape = relation_of(("data", "model"), (32, 128), mesh, ("model",), "w", state=True)
+    assert shape == (32, 128)
+    assert rel == {"relation": "sharded", "dim": 1, "gathered": {"dim": 0, "groups": [[0, 2], [1, 3]]}}
+    assert relation_of(("data", None), (32, 128), mesh, ("model",), "w", state=True)[0] == {"relation": "duplicate", "gathered": {"dim": 0, "groups": [[0, 2], [1, 3]]}}
+    assert relation_of(("data", "model"), (32, 128), mesh, ("model",), "x") == ({"relation": "sharded", "dim": 1}, (16, 128))
+    with pytest.raises(ValueError, match="FSDP gathers one dim"):
+        relation_of(("data", "data"), (32, 128), _mesh(data=2, model=2, pp=1), ("model",), "w", state=True)
+    with pytest.raises(ValueError, match="not an axis of the mesh"):
+        relation_of(("fsdp", None), (32, 128), mesh, ("model",), "w", state=True)
+
+
+def test_gathered_relations_are_checked() -> None:
+    from shardproof.engine.relations import parse_relations
+
+    base = {"groups": [[0, 1], [2, 3]], "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    ok = parse_relations({**base, "inputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 1, "gathered": {"dim": 0, "groups": [[0, 2], [1, 3]]}}]})
+    assert ok.inputs[0].gathered is not None and ok.inputs[0].gathered.groups == ((0, 2), (1, 3))
+    # Devices of different ranks gathered together would mix two ranks' blocks.
+    with pytest.raises(InputError, match=r"inputs\[0\].gathered.groups.*mixes ranks"):
+        parse_relations({**base, "inputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 1, "gathered": {"dim": 0, "groups": [[0, 3], [1, 2]]}}]})
+    with pytest.raises(InputError, match="cover the devices"):
+        parse_relations({**base, "inputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate", "gathered": {"dim": 0, "groups": [[0, 2]]}}]})
+    with pytest.raises(InputError, match="on a duplicate or sharded input"):
+        parse_relations({**base, "inputs": [{"baseline": 0, "distributed": 0, "relation": "partial", "gathered": {"dim": 0, "groups": [[0, 2], [1, 3]]}}]})
+
+
+def test_flax_trees_give_their_shardings() -> None:
+    """Specs come from the leaves as flax writes them: linen logical boxes through the rules
+    (flax's own first-free-rule mapping), nnx variables' metadata, NamedShardings; every box
+    is model state, a JaxInput is data unless marked."""
+    pytest.importorskip("flax")
+    import flax.linen as nn
+    import jax
+    from flax import nnx
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from shardproof.engine.frontend.jax.declare import JaxInput
+    from shardproof.engine.frontend.jax.trees import TreeError, flatten
+
+    mesh = Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("data", "model"))
+    rules = [("batch", "data"), ("embed", "data"), ("mlp", "model"), ("vocab", "model")]
+    linen = {"params": {"up": {"kernel": nn.LogicallyPartitioned(jax.ShapeDtypeStruct((4, 8), "float32"), ("embed", "mlp"))},
+                        "emb": {"embedding": nn.Partitioned(jax.ShapeDtypeStruct((16, 4), "float32"), ("model", None))}}}
+    sds = jax.ShapeDtypeStruct((2, 4), "float32", sharding=NamedSharding(mesh, P("data")))
+    leaves, rebuild = flatten([linen, JaxInput("x", (2, 4), spec=("batch", None)), sds], mesh, rules)
+    assert [(lf.name, lf.spec, lf.state) for lf in leaves] == [
+        ("args[0].params.emb.embedding", ("model", None), True),
+        ("args[0].params.up.kernel", ("data", "model"), True),
+        ("args[1]", ("data", None), False),
+        ("args[2]", ("data",), False),
+    ]
+    # Rebuilt around new values, the boxes stay (flax's apply reads them as it does in init).
+    args = rebuild([1, 2, 3, 4])
+    assert isinstance(args[0]["params"]["up"]["kernel"], nn.LogicallyPartitioned) and args[0]["params"]["up"]["kernel"].value == 2
+    assert args[1:] == (3, 4)
+    # A mapping where 'embed' is taken already: flax's first free rule leaves it unsharded.
+    leaves, _ = flatten([nn.LogicallyPartitioned(jax.ShapeDtypeStruct((4, 8), "float32"), ("embed", "batch"))], mesh, [("batch", "data"), ("embed", "data")])
+    assert leaves[0].spec == (None, "data")
+    with pytest.raises(TreeError, match="no logical axis rules"):
+        flatten([JaxInput("x", (2, 4), spec=("batch", None))], mesh, None)
+
+    class Lin(nnx.Module):
+        def __init__(self, rngs: nnx.Rngs) -> None:
+            self.w = nnx.Linear(4, 8, use_bias=False, kernel_init=nnx.with_partitioning(nnx.initializers.lecun_normal(), ("embed", "mlp")), rngs=rngs)
+
+    with nnx.use_eager_sharding(False):
+        module = nnx.eval_shape(lambda: Lin(nnx.Rngs(0)))
+    leaves, rebuild = flatten([module], mesh, rules)
+    assert [(lf.name, lf.shape, lf.spec, lf.state) for lf in leaves] == [("args[0].w.kernel", (4, 8), ("data", "model"), True)]
+    assert isinstance(rebuild([jax.ShapeDtypeStruct((4, 8), "float32")])[0].w.kernel, nnx.Variable)
+
+
 def test_examples_jax_table_as_declared(tmp_path: Path) -> None:
     pytest.importorskip("jax")
     out = tmp_path / "report"
@@ -92,7 +187,10 @@ def test_examples_jax_table_as_declared(tmp_path: Path) -> None:
             assert numeric.equal, (r["name"], numeric.summary())
         if r["status"] == "diverged":
             assert r["result"]["witness"]["status"] == "confirmed", r["name"]
-            assert r["result"]["divergences"][0]["source"]["file"] == "examples/jax/models.py", r
+            source = f"examples/jax/{m['entry'].split(':')[0]}.py"
+            assert r["result"]["divergences"][0]["source"]["file"] == source, r
+            if source.endswith("flax_models.py"):  # the flax twins: at the bug's own line
+                assert r["result"]["divergences"][0]["source"]["line"] == _bug_site(source, m["variant"]), r
         if m.get("variant") is None:
             # The distributed program is the per-device module after SPMD partitioning.
             assert "partition" in (d / "distributed.hlo").read_text().split("\n", 1)[0] or "_spmd" in (d / "distributed.hlo").read_text()
