@@ -1,0 +1,415 @@
+"""Random small programs in the forms of one law family each (issue 23, item 1: per-family
+property tests). Every program is a baseline / distributed HLO pair plus its relations; the
+generator draws element types (narrow and unsigned ints included), sizes, group layouts
+(data x tensor parallel meshes of 4 devices included) and the details a law's side conditions
+are about (offsets, fills, types, groups, ranges), so that about half of the pairs compute
+something different from their baseline. Nothing here knows what the rules decide: the tests
+and ``bench/law_properties.py`` execute both programs in XLA (tests/oracle.py) and require that
+no pair the numbers tell apart is ``verified``.
+
+``FAMILIES[name](rng)`` returns one :class:`Program`; ``generate(name, count, seed)`` a list.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+INT_TYPES = ("s8", "u8", "s16", "u16", "s32", "u32", "s64")
+FLOAT_TYPES = ("f16", "bf16", "f32")
+RANGES = {"s8": (-128, 127), "u8": (0, 255), "s16": (-(1 << 15), (1 << 15) - 1), "u16": (0, (1 << 16) - 1),
+          "s32": (-(1 << 31), (1 << 31) - 1), "u32": (0, (1 << 32) - 1), "s64": (-(1 << 63), (1 << 63) - 1)}
+# Group layouts of 4 devices: one group of 4, or two of 2 (a 2 x 2 data x tensor mesh, either
+# axis the tensor-parallel one).
+LAYOUTS = ([[0, 1, 2, 3]], [[0, 1], [2, 3]], [[0, 2], [1, 3]])
+
+
+@dataclass
+class Program:
+    family: str
+    form: str  # a short description of what was drawn
+    baseline: str
+    distributed: str
+    relations: dict[str, Any]
+
+
+def _groups_text(groups: list[list[int]]) -> str:
+    return "{" + ",".join("{" + ",".join(map(str, g)) + "}" for g in groups) + "}"
+
+
+def _reducer(name: str, op: str, t: str) -> str:
+    return f"""%{name} (a: {t}[], b: {t}[]) -> {t}[] {{
+  %a = {t}[] parameter(0)
+  %b = {t}[] parameter(1)
+  ROOT %r = {t}[] {op}({t}[] %a, {t}[] %b)
+}}
+"""
+
+
+def _identity(op: str, t: str) -> str:
+    if op == "add":
+        return "0"
+    if t in RANGES:
+        lo, hi = RANGES[t]
+        return str(lo if op == "maximum" else hi)
+    return "-inf" if op == "maximum" else "inf"
+
+
+def _other_groups(rng: random.Random, groups: list[list[int]]) -> list[list[int]]:
+    """Groups of the same size that differ from ``groups`` (as sets, or only in order)."""
+    c = len(groups[0])
+    choices = [g for g in LAYOUTS if len(g[0]) == c and g != groups]
+    choices.append([list(reversed(g)) for g in groups])  # the same sets, listed backwards
+    return rng.choice(choices)
+
+
+def _layout(rng: random.Random) -> list[list[int]]:
+    return [list(g) for g in rng.choice(LAYOUTS)]
+
+
+def _int_literal(v: int, t: str) -> int:
+    lo, hi = RANGES[t]
+    return max(lo, min(hi, v))
+
+
+# ---- rank positions / iota (rules/rankpos.egg, crossentropy.egg's ranges, hlo/rank.py) --------
+
+
+def rankpos(rng: random.Random) -> Program:
+    """A position mask: positions counted by an iota (baseline: 0..n-1; rank r: r·w + 0..w-1,
+    the offset computed from the rank input in the position type), converted to a compare type,
+    compared with a literal bound, selecting x or 0. Types are drawn independently per side, so
+    narrow iotas wrap on one side and not on the other."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    w = rng.choice([2, 3, 8, 40, 64, 100, 128, 150])
+    n = c * w
+    tb = rng.choice(INT_TYPES + FLOAT_TYPES + ("s8", "u8", "bf16"))
+    td = tb if rng.random() < 0.4 else rng.choice(INT_TYPES + FLOAT_TYPES + ("s32",))
+    if rng.random() < 0.3:
+        # Positions past a narrow type's range: one side wraps, the other counts on.
+        tb, td = rng.sample([rng.choice(["s8", "u8", "s16"]), rng.choice(["s32", "s64", "f32"])], 2)
+        w = rng.choice([100, 128, 150]) if "s16" not in (tb, td) else 16384
+        n = c * w
+    tc = rng.choice([tb, "s32", "f32"]) if tb in RANGES else tb
+    if tc in RANGES and (tb not in RANGES or td not in RANGES):
+        tc = "f32"  # a float -> int convert of positions is another law (ranges.fits_int)
+    direction = rng.choice(["LT", "GE", "LE", "GT"])
+    bound = rng.choice([0, 1, w, n // 2, n - 1, n, 100, 127, 128, 200, 255, 256, 300])
+    bound = _int_literal(bound, tc) if tc in RANGES else bound
+    off_w = w if rng.random() < 0.8 else w + rng.choice([-1, 1])
+
+    scaled = rng.random() < 0.4  # x · float(position) instead of a mask: every position shows
+
+    def masked(pos: str, t: str, shape: str, x: str) -> str:
+        conv = f"  %cpos = {tc}[{shape}] convert({t}[{shape}] {pos})\n" if t != tc else f"  %cpos = {tc}[{shape}] copy({t}[{shape}] {pos})\n"
+        if scaled:
+            fpos = f"  %fpos = f32[{shape}] convert({tc}[{shape}] %cpos)\n" if tc != "f32" else f"  %fpos = f32[{shape}] copy(f32[{shape}] %cpos)\n"
+            return conv + fpos + f"  ROOT %out = f32[{shape}] multiply(f32[{shape}] {x}, f32[{shape}] %fpos)\n"
+        return (conv + f"  %bound = {tc}[] constant({bound})\n  %bounds = {tc}[{shape}] broadcast({tc}[] %bound), dimensions={{}}\n"
+                f"  %m = pred[{shape}] compare({tc}[{shape}] %cpos, {tc}[{shape}] %bounds), direction={direction}\n"
+                f"  %z = f32[] constant(0)\n  %zs = f32[{shape}] broadcast(f32[] %z), dimensions={{}}\n"
+                f"  ROOT %out = f32[{shape}] select(pred[{shape}] %m, f32[{shape}] {x}, f32[{shape}] %zs)\n")
+
+    base = (f"HloModule rankpos_base\n\nENTRY %main (x: f32[{n}]) -> f32[{n}] {{\n  %x = f32[{n}] parameter(0)\n"
+            f"  %pos = {tb}[{n}] iota(), iota_dimension=0\n" + masked("%pos", tb, str(n), "%x") + "}\n")
+    off = (f"  %w = s32[] constant({off_w})\n  %off32 = s32[] multiply(s32[] %r, s32[] %w)\n"
+           + (f"  %off = {td}[] convert(s32[] %off32)\n" if td != "s32" else "  %off = s32[] copy(s32[] %off32)\n")
+           + f"  %offs = {td}[{w}] broadcast({td}[] %off), dimensions={{}}\n")
+    dist = (f"HloModule rankpos_dist\n\nENTRY %main (r: s32[], x: f32[{w}]) -> f32[{w}] {{\n  %r = s32[] parameter(0)\n  %x = f32[{w}] parameter(1)\n"
+            f"  %iota = {td}[{w}] iota(), iota_dimension=0\n" + off + f"  %pos = {td}[{w}] add({td}[{w}] %iota, {td}[{w}] %offs)\n"
+            + masked("%pos", td, str(w), "%x") + "}\n")
+    rel = {"groups": groups, "inputs": [{"distributed": 0, "relation": "rank"}, {"baseline": 0, "distributed": 1, "relation": "sharded", "dim": 0}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 0}]}
+    what = f"x·{tc}(pos)" if scaled else f"mask {tc}(pos) {direction} {bound}"
+    return Program("rankpos", f"n={n} c={c} base {tb} rank {td}, {what}, offset {off_w}·r (groups {groups})", base, dist, rel)
+
+
+# ---- argmax / argmin (rules/argreduce.egg) ----------------------------------------------------------
+
+
+def _argcombine(name: str, vt: str, it: str, direction: str) -> str:
+    return f"""%{name} (lv: {vt}[], li: {it}[], rv: {vt}[], ri: {it}[]) -> ({vt}[], {it}[]) {{
+  %lv = {vt}[] parameter(0)
+  %li = {it}[] parameter(1)
+  %rv = {vt}[] parameter(2)
+  %ri = {it}[] parameter(3)
+  %c = pred[] compare({vt}[] %lv, {vt}[] %rv), direction={direction}
+  %v = {vt}[] select(pred[] %c, {vt}[] %lv, {vt}[] %rv)
+  %e = pred[] compare({vt}[] %lv, {vt}[] %rv), direction=EQ
+  %mn = {it}[] minimum({it}[] %li, {it}[] %ri)
+  %s = {it}[] select(pred[] %c, {it}[] %li, {it}[] %ri)
+  %i = {it}[] select(pred[] %e, {it}[] %mn, {it}[] %s)
+  ROOT %t = ({vt}[], {it}[]) tuple({vt}[] %v, {it}[] %i)
+}}
+"""
+
+
+def argreduce(rng: random.Random) -> Program:
+    """A vocab-parallel argmax (argmin): the ranks' local arg-reduce with their own index type,
+    the rank offset added in the output type, the ranks not holding the extreme offering a fill,
+    an all-reduce(min) over drawn groups (or an all-gather and a reduce(min)); the baseline's
+    arg-reduce with its own index type, converted to the output type."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    rows = rng.choice([1, 2, 3])
+    w = rng.choice([3, 8, 64, 100, 128, 200])
+    n = c * w
+    op = rng.choice(["max", "min"])
+    direction = rng.choice(["GE", "GT"] if op == "max" else ["LE", "LT"])
+    red = "maximum" if op == "max" else "minimum"
+    tb = rng.choice(INT_TYPES)
+    td = tb if rng.random() < 0.4 else rng.choice(INT_TYPES)
+    to = rng.choice(["s32", "s64", "s16", "u8", tb])
+    fill = rng.choice([RANGES[to][1], RANGES[to][1], n - 1, n - 2, n])
+    fill = _int_literal(fill, to)
+    ar_groups = groups if rng.random() < 0.75 else _other_groups(rng, groups)
+    gathered = rng.random() < 0.3
+    init_v = "-inf" if op == "max" else "inf"
+    sh, shl = f"{rows},{n}", f"{rows},{w}"
+
+    def conv(src: str, frm: str, shape: str, name: str) -> str:
+        return f"  %{name} = {to}[{shape}] convert({frm}[{shape}] {src})\n" if frm != to else f"  %{name} = {to}[{shape}] copy({frm}[{shape}] {src})\n"
+
+    base = (_argcombine("comb", "f32", tb, direction) + f"\nENTRY %main (x: f32[{sh}]) -> {to}[{rows}] {{\n  %x = f32[{sh}] parameter(0)\n"
+            f"  %io = {tb}[{sh}] iota(), iota_dimension=1\n  %iv = f32[] constant({init_v})\n  %ii = {tb}[] constant(0)\n"
+            f"  %ar = (f32[{rows}], {tb}[{rows}]) reduce(f32[{sh}] %x, {tb}[{sh}] %io, f32[] %iv, {tb}[] %ii), dimensions={{1}}, to_apply=%comb\n"
+            f"  %idx = {tb}[{rows}] get-tuple-element((f32[{rows}], {tb}[{rows}]) %ar), index=1\n" + conv("%idx", tb, str(rows), "out").replace("%out =", "ROOT %out =") + "}\n")
+    base = "HloModule argreduce_base\n\n" + base
+    combine = (f"  %ag = {to}[{c},{rows}] all-gather({to}[1,{rows}] %cand1), channel_id=3, replica_groups={_groups_text(ar_groups)}, use_global_device_ids=true, dimensions={{0}}\n"
+               f"  %big = {to}[] constant({RANGES[to][1]})\n  ROOT %out = {to}[{rows}] reduce({to}[{c},{rows}] %ag, {to}[] %big), dimensions={{0}}, to_apply=%mint\n"
+               if gathered else
+               f"  ROOT %out = {to}[{rows}] all-reduce({to}[{rows}] %cand), channel_id=3, replica_groups={_groups_text(ar_groups)}, use_global_device_ids=true, to_apply=%mint\n")
+    dist = ("HloModule argreduce_dist\n\n" + _reducer("ext", red, "f32") + _reducer("mint", "minimum", to) + _argcombine("comb", "f32", td, direction)
+            + f"\nENTRY %main (r: s32[], x: f32[{shl}]) -> {to}[{rows}] {{\n  %r = s32[] parameter(0)\n  %x = f32[{shl}] parameter(1)\n"
+            f"  %iv = f32[] constant({init_v})\n  %m = f32[{rows}] reduce(f32[{shl}] %x, f32[] %iv), dimensions={{1}}, to_apply=%ext\n"
+            f"  %g = f32[{rows}] all-reduce(f32[{rows}] %m), channel_id=1, replica_groups={_groups_text(groups)}, use_global_device_ids=true, to_apply=%ext\n"
+            f"  %has = pred[{rows}] compare(f32[{rows}] %m, f32[{rows}] %g), direction=EQ\n"
+            f"  %io = {td}[{shl}] iota(), iota_dimension=1\n  %ii = {td}[] constant(0)\n"
+            f"  %ar = (f32[{rows}], {td}[{rows}]) reduce(f32[{shl}] %x, {td}[{shl}] %io, f32[] %iv, {td}[] %ii), dimensions={{1}}, to_apply=%comb\n"
+            f"  %li = {td}[{rows}] get-tuple-element((f32[{rows}], {td}[{rows}]) %ar), index=1\n" + conv("%li", td, str(rows), "lo")
+            + f"  %w = s32[] constant({w})\n  %off32 = s32[] multiply(s32[] %r, s32[] %w)\n"
+            + (f"  %off = {to}[] convert(s32[] %off32)\n" if to != "s32" else "  %off = s32[] copy(s32[] %off32)\n")
+            + f"  %offs = {to}[{rows}] broadcast({to}[] %off), dimensions={{}}\n  %gi = {to}[{rows}] add({to}[{rows}] %lo, {to}[{rows}] %offs)\n"
+            f"  %fill = {to}[] constant({fill})\n  %fills = {to}[{rows}] broadcast({to}[] %fill), dimensions={{}}\n"
+            f"  %cand = {to}[{rows}] select(pred[{rows}] %has, {to}[{rows}] %gi, {to}[{rows}] %fills)\n"
+            + (f"  %cand1 = {to}[1,{rows}] reshape({to}[{rows}] %cand)\n" if gathered else "") + combine + "}\n")
+    rel = {"groups": groups, "inputs": [{"distributed": 0, "relation": "rank"}, {"baseline": 0, "distributed": 1, "relation": "sharded", "dim": 1}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    form = f"arg{op} n={n} c={c} idx base {tb} rank {td} out {to} fill {fill} {'gather' if gathered else 'all-reduce'} over {ar_groups} (groups {groups})"
+    return Program("argreduce", form, base, dist, rel)
+
+
+# ---- collective-permute (rules/collectives.egg cp-dup, permute.egg, window.egg mirror) --------------
+
+
+def _pairs(rng: random.Random, groups: list[list[int]]) -> tuple[list[tuple[int, int]], str]:
+    """Source-target pairs: a shift within every group, a shift along the other mesh axis, a
+    mirror, a random permutation of the devices, or a shift of one group only."""
+    c = len(groups[0])
+    kind = rng.choice(["shift", "shift", "other-axis", "mirror", "random", "partial"])
+    if kind == "other-axis" and c < 4:
+        other = _other_groups(rng, groups)
+        m = rng.randrange(1, len(other[0]))
+        return [(g[i], g[(i + m) % len(g)]) for g in other for i in range(len(g))], f"shift {m} over {other}"
+    if kind == "mirror":
+        return [(g[i], g[c - 1 - i]) for g in groups for i in range(c)], "mirror"
+    if kind == "random":
+        devs = [d for g in groups for d in g]
+        perm = devs[:]
+        rng.shuffle(perm)
+        return list(zip(devs, perm, strict=True)), f"permutation {perm}"
+    m = rng.randrange(1, c) if c > 1 else 0
+    pairs = [(g[i], g[(i + m) % c]) for g in groups for i in range(c)]
+    if kind == "partial":
+        pairs = pairs[: len(pairs) - 1]
+        return pairs, f"shift {m} missing one pair"
+    return pairs, f"shift {m}"
+
+
+def _pairs_text(pairs: list[tuple[int, int]]) -> str:
+    return "{" + ",".join(f"{{{a},{b}}}" for a, b in pairs) + "}"
+
+
+def permute(rng: random.Random) -> Program:
+    """Three forms: a duplicate permuted (any pairs); a shard shifted twice (back in place when
+    the shifts add up to the group size within the groups); a partial sum summed around the ring
+    by shifted copies (all blocks covered or not)."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    t = rng.choice(["f32", "s32", "s8", "u16"])
+    form = rng.choice(["dup", "shard-twice", "ring-sum"])
+    h = 4
+    if form == "dup":
+        pairs, what = _pairs(rng, groups)
+        base = f"HloModule cp_base\n\nENTRY %main (x: {t}[8,{h}]) -> {t}[8,{h}] {{\n  ROOT %x = {t}[8,{h}] parameter(0)\n}}\n"
+        dist = (f"HloModule cp_dist\n\nENTRY %main (x: {t}[8,{h}]) -> {t}[8,{h}] {{\n  %x = {t}[8,{h}] parameter(0)\n"
+                f"  ROOT %p = {t}[8,{h}] collective-permute({t}[8,{h}] %x), channel_id=1, source_target_pairs={_pairs_text(pairs)}\n}}\n")
+        rel = {"groups": groups, "inputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}],
+               "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+        return Program("permute", f"duplicate {t} {what} (groups {groups})", base, dist, rel)
+    if form == "shard-twice":
+        n = 2 * c
+        p1, w1 = _pairs(rng, groups)
+        m1 = next((m for m in range(1, c) if sorted(p1) == sorted((g[i], g[(i + m) % c]) for g in groups for i in range(c))), None)
+        if m1 is not None and rng.random() < 0.6:
+            p2, w2 = [(g[i], g[(i + c - m1) % c]) for g in groups for i in range(c)], f"shift {c - m1} back"
+        else:
+            p2, w2 = _pairs(rng, groups)
+        base = f"HloModule cp_base\n\nENTRY %main (x: {t}[{n},{h}]) -> {t}[{n},{h}] {{\n  ROOT %x = {t}[{n},{h}] parameter(0)\n}}\n"
+        dist = (f"HloModule cp_dist\n\nENTRY %main (x: {t}[2,{h}]) -> {t}[2,{h}] {{\n  %x = {t}[2,{h}] parameter(0)\n"
+                f"  %p1 = {t}[2,{h}] collective-permute({t}[2,{h}] %x), channel_id=1, source_target_pairs={_pairs_text(p1)}\n"
+                f"  ROOT %p2 = {t}[2,{h}] collective-permute({t}[2,{h}] %p1), channel_id=2, source_target_pairs={_pairs_text(p2)}\n}}\n")
+        rel = {"groups": groups, "inputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 0}],
+               "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 0}]}
+        return Program("permute", f"shard {t} {w1}, then {w2} (groups {groups})", base, dist, rel)
+    # ring-sum: y = sum over a sharded dim; rank r holds the sum over its block (a partial sum),
+    # then acc += shift(t) for a number of steps.
+    steps = c - 1 if rng.random() < 0.7 else rng.choice([c - 2, c]) if c > 2 else 1
+    pairs, what = _pairs(rng, groups)
+    n = 2 * c
+    body = []
+    prev, acc = "%loc", "%loc"
+    for k in range(max(steps, 0)):
+        body.append(f"  %t{k} = {t}[{h}] collective-permute({t}[{h}] {prev}), channel_id={k + 1}, source_target_pairs={_pairs_text(pairs)}\n")
+        body.append(f"  %a{k} = {t}[{h}] add({t}[{h}] {acc}, {t}[{h}] %t{k})\n")
+        prev, acc = f"%t{k}", f"%a{k}"
+    body.append(f"  ROOT %out = {t}[{h}] copy({t}[{h}] {acc})\n")
+    base = ("HloModule cp_base\n\n" + _reducer("add", "add", t) + f"\nENTRY %main (x: {t}[{n},{h}]) -> {t}[{h}] {{\n  %x = {t}[{n},{h}] parameter(0)\n"
+            f"  %z = {t}[] constant(0)\n  ROOT %s = {t}[{h}] reduce({t}[{n},{h}] %x, {t}[] %z), dimensions={{0}}, to_apply=%add\n}}\n")
+    dist = ("HloModule cp_dist\n\n" + _reducer("add", "add", t) + f"\nENTRY %main (x: {t}[2,{h}]) -> {t}[{h}] {{\n  %x = {t}[2,{h}] parameter(0)\n"
+            f"  %z = {t}[] constant(0)\n  %loc = {t}[{h}] reduce({t}[2,{h}] %x, {t}[] %z), dimensions={{0}}, to_apply=%add\n" + "".join(body) + "}\n")
+    rel = {"groups": groups, "inputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 0}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    return Program("permute", f"ring sum {t} {steps} steps of {what} (groups {groups})", base, dist, rel)
+
+
+# ---- padded sharding (rules/padded.egg, declared ranges) ---------------------------------------------
+
+
+def padded(rng: random.Random) -> Program:
+    """x (n rows, not divisible by c) zero-padded to c·w rows and split in blocks of w; a
+    pointwise map (some keep a zero tail zero, some do not: exp, + k, a guard that trips on 0)
+    on one or both sides, then the sum over the padded dim (all-reduce on the ranks)."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    w = rng.choice([2, 3, 5])
+    n = rng.randrange(c * (w - 1) + 1, c * w + 1)
+    t = rng.choice(["f32", "s32", "s8", "u8", "s16"])
+    is_int = t in RANGES
+    lo = rng.choice([-3, 0, 1, 2]) if is_int else 0
+    if t[0] == "u":
+        lo = max(lo, 0)
+    hi = lo + rng.choice([3, 10])
+    maps = ["id", "negate", "abs", "add-k", "mul-k", "guard", "guard", "max-k"] + ([] if is_int else ["exp"])
+    f = rng.choice(maps)
+    k = rng.choice([0, 1, 2, 7])
+    bound = rng.choice([lo - 1, lo, lo + 1, 0, 1])
+    where = rng.choice(["both", "both", "distributed"])
+    ar_groups = groups if rng.random() < 0.8 else _other_groups(rng, groups)
+
+    def body(shape: str, side: str) -> str:
+        if (where == "distributed" and side == "baseline") or f == "id":
+            return f"  %y = {t}[{shape}] copy({t}[{shape}] %x)\n"
+        if f in ("negate", "abs", "exp"):
+            op = {"negate": "negate", "abs": "abs", "exp": "exponential"}[f]
+            return f"  %y = {t}[{shape}] {op}({t}[{shape}] %x)\n"
+        kk = f"  %k = {t}[] constant({k})\n  %ks = {t}[{shape}] broadcast({t}[] %k), dimensions={{}}\n"
+        if f == "add-k":
+            return kk + f"  %y = {t}[{shape}] add({t}[{shape}] %x, {t}[{shape}] %ks)\n"
+        if f == "mul-k":
+            return kk + f"  %y = {t}[{shape}] multiply({t}[{shape}] %x, {t}[{shape}] %ks)\n"
+        if f == "max-k":
+            return kk + f"  %y = {t}[{shape}] maximum({t}[{shape}] %x, {t}[{shape}] %ks)\n"
+        b = max(bound, 0) if t[0] == "u" else bound
+        return (kk + f"  %b = {t}[] constant({b})\n  %bs = {t}[{shape}] broadcast({t}[] %b), dimensions={{}}\n"
+                f"  %m = pred[{shape}] compare({t}[{shape}] %x, {t}[{shape}] %bs), direction=LT\n"
+                f"  %y = {t}[{shape}] select(pred[{shape}] %m, {t}[{shape}] %ks, {t}[{shape}] %x)\n")
+
+    h = 3
+    base = ("HloModule pad_base\n\n" + _reducer("add", "add", t) + f"\nENTRY %main (x: {t}[{n},{h}]) -> {t}[{h}] {{\n  %x = {t}[{n},{h}] parameter(0)\n"
+            + body(f"{n},{h}", "baseline") + f"  %z = {t}[] constant(0)\n  ROOT %s = {t}[{h}] reduce({t}[{n},{h}] %y, {t}[] %z), dimensions={{0}}, to_apply=%add\n}}\n")
+    dist = ("HloModule pad_dist\n\n" + _reducer("add", "add", t) + f"\nENTRY %main (x: {t}[{w},{h}]) -> {t}[{h}] {{\n  %x = {t}[{w},{h}] parameter(0)\n"
+            + body(f"{w},{h}", "distributed") + f"  %z = {t}[] constant(0)\n  %l = {t}[{h}] reduce({t}[{w},{h}] %y, {t}[] %z), dimensions={{0}}, to_apply=%add\n"
+            f"  ROOT %s = {t}[{h}] all-reduce({t}[{h}] %l), channel_id=1, replica_groups={_groups_text(ar_groups)}, use_global_device_ids=true, to_apply=%add\n}}\n")
+    entry: dict[str, Any] = {"baseline": 0, "distributed": 0, "relation": "padded", "dim": 0, "width": w}
+    if is_int:
+        entry["int_range"] = [lo, hi]
+    rel = {"groups": groups, "inputs": [entry], "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    form = f"{t}[{n}] padded to {c}x{w}, range [{lo}, {hi}), {f} (k={k}, bound {bound}) on {where}, all-reduce over {ar_groups} (groups {groups})"
+    return Program("padded", form, base, dist, rel)
+
+
+# ---- all-reduce, all-gather, reduce-scatter, all-to-all over drawn groups (rules/collectives.egg) -----
+
+
+def collectives(rng: random.Random) -> Program:
+    """A sharded x reduced locally along its sharded dim and all-reduced; all-gathered along a
+    drawn dim; or a local sum (a partial sum) reduce-scattered. Element types, reducers, dims and
+    replica groups are drawn (wrong ones included)."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    t = rng.choice(["f32", "s32", "s8", "u8", "s16", "u16"])
+    d = rng.choice([0, 1])
+    shape = [2 * c, 2 * c]
+    local = list(shape)
+    local[d] //= c
+    g2 = groups if rng.random() < 0.7 else _other_groups(rng, groups)
+    form = rng.choice(["all-reduce", "all-gather", "reduce-scatter"])
+    sh, lsh = ",".join(map(str, shape)), ",".join(map(str, local))
+    other = 1 - d
+    if form == "all-reduce":
+        op1 = rng.choice(["add", "maximum", "minimum"])
+        op2 = op1 if rng.random() < 0.8 else rng.choice(["add", "maximum", "minimum"])
+        init = _identity(op1, t)
+        out = str(shape[other])
+        base = ("HloModule coll_base\n\n" + _reducer("r1", op1, t) + f"\nENTRY %main (x: {t}[{sh}]) -> {t}[{out}] {{\n  %x = {t}[{sh}] parameter(0)\n"
+                f"  %i = {t}[] constant({init})\n  ROOT %s = {t}[{out}] reduce({t}[{sh}] %x, {t}[] %i), dimensions={{{d}}}, to_apply=%r1\n}}\n")
+        dist = ("HloModule coll_dist\n\n" + _reducer("r1", op1, t) + _reducer("r2", op2, t) + f"\nENTRY %main (x: {t}[{lsh}]) -> {t}[{out}] {{\n  %x = {t}[{lsh}] parameter(0)\n"
+                f"  %i = {t}[] constant({init})\n  %l = {t}[{out}] reduce({t}[{lsh}] %x, {t}[] %i), dimensions={{{d}}}, to_apply=%r1\n"
+                f"  ROOT %s = {t}[{out}] all-reduce({t}[{out}] %l), channel_id=1, replica_groups={_groups_text(g2)}, use_global_device_ids=true, to_apply=%r2\n}}\n")
+        outrel: dict[str, Any] = {"relation": "duplicate"}
+        what = f"reduce {op1} along {d}, all-reduce {op2}"
+    elif form == "all-gather":
+        e = d if rng.random() < 0.75 else other
+        gsh = list(local)
+        gsh[e] *= c
+        gs = ",".join(map(str, gsh))
+        base = f"HloModule coll_base\n\nENTRY %main (x: {t}[{sh}]) -> {t}[{sh}] {{\n  ROOT %x = {t}[{sh}] parameter(0)\n}}\n"
+        if gsh != shape:
+            base = base.replace(f"-> {t}[{sh}]", f"-> {t}[{gs}]").replace(f"ROOT %x = {t}[{sh}] parameter(0)", f"%x = {t}[{sh}] parameter(0)\n  ROOT %y = {t}[{gs}] reshape({t}[{sh}] %x)")
+        dist = (f"HloModule coll_dist\n\nENTRY %main (x: {t}[{lsh}]) -> {t}[{gs}] {{\n  %x = {t}[{lsh}] parameter(0)\n"
+                f"  ROOT %g = {t}[{gs}] all-gather({t}[{lsh}] %x), channel_id=1, replica_groups={_groups_text(g2)}, use_global_device_ids=true, dimensions={{{e}}}\n}}\n")
+        outrel = {"relation": "duplicate"}
+        what = f"all-gather along {e}"
+    else:
+        # A local sum over the sharded dim d (a partial sum), reduce-scattered along the other.
+        out_full = shape[other]
+        rs = out_full // c
+        base = ("HloModule coll_base\n\n" + _reducer("add", "add", t) + f"\nENTRY %main (x: {t}[{sh}]) -> {t}[{out_full}] {{\n  %x = {t}[{sh}] parameter(0)\n"
+                f"  %z = {t}[] constant(0)\n  ROOT %s = {t}[{out_full}] reduce({t}[{sh}] %x, {t}[] %z), dimensions={{{d}}}, to_apply=%add\n}}\n")
+        red = rng.choice(["add", "add", "maximum"])
+        dist = ("HloModule coll_dist\n\n" + _reducer("add", "add", t) + _reducer("r2", red, t) + f"\nENTRY %main (x: {t}[{lsh}]) -> {t}[{rs}] {{\n  %x = {t}[{lsh}] parameter(0)\n"
+                f"  %z = {t}[] constant(0)\n  %l = {t}[{out_full}] reduce({t}[{lsh}] %x, {t}[] %z), dimensions={{{d}}}, to_apply=%add\n"
+                f"  ROOT %s = {t}[{rs}] reduce-scatter({t}[{out_full}] %l), channel_id=1, replica_groups={_groups_text(g2)}, use_global_device_ids=true, dimensions={{0}}, to_apply=%r2\n}}\n")
+        outrel = {"relation": "sharded", "dim": 0}
+        what = f"reduce-scatter {red}"
+    rel = {"groups": groups, "inputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": d}],
+           "outputs": [{"baseline": 0, "distributed": 0, **outrel}]}
+    return Program("collectives", f"{form} {t}[{sh}] sharded {d}: {what} over {g2} (groups {groups})", base, dist, rel)
+
+
+FAMILIES: dict[str, Callable[[random.Random], Program]] = {
+    "rankpos": rankpos,
+    "argreduce": argreduce,
+    "permute": permute,
+    "padded": padded,
+    "collectives": collectives,
+}
+
+
+def generate(family: str, count: int, seed: int) -> list[Program]:
+    rng = random.Random(f"{family}:{seed}")
+    return [FAMILIES[family](rng) for _ in range(count)]
