@@ -420,6 +420,11 @@ def workflow_command(f: Finding, fail_on: str = "diverged") -> str:
 # SARIF 2.1.0 for code scanning.
 
 
+def _assumed(m: Any) -> list[dict[str, Any]]:
+    """The assumptions a model's verdict rests on (result.json ``assumptions``)."""
+    return list((getattr(m, "result", None) or {}).get("assumptions") or [])
+
+
 def sarif(run: Run, findings: Sequence[Finding], ctx: Ctx, version: str) -> dict[str, Any]:
     results = []
     for f in findings:
@@ -439,6 +444,8 @@ def sarif(run: Run, findings: Sequence[Finding], ctx: Ctx, version: str) -> dict
             res["relatedLocations"] = [{"id": k, "physicalLocation": {"artifactLocation": {"uri": fr.path, "uriBaseId": "%SRCROOT%"}, "region": {"startLine": fr.line}}, "message": {"text": message("sarif_frame", fr)}} for k, fr in enumerate(f.frames[1:], 1)]
         results.append(res)
     notes = [{"level": "error" if m.status in ("build-failed", "bad-input", "error") else "warning", "message": {"text": f"{m.name}: {m.status}: {m.reason}" + (" (a failure of shardproof, not of the code under review)" if m.status == "error" else " (a configuration error in .shardproof.yml)" if m.status == "bad-input" else "")}} for m in run.models if m.status in ("build-failed", "bad-input", "unsupported", "inconclusive", "error")]
+    # A verdict reached under a stated assumption (result.json "assumptions") says so here too.
+    notes += [{"level": "note", "message": {"text": f"{m.name}: {m.status} (assuming {'; '.join(a['text'] for a in _assumed(m))})"}} for m in run.models if _assumed(m)]
     return {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
@@ -465,7 +472,7 @@ def sarif(run: Run, findings: Sequence[Finding], ctx: Ctx, version: str) -> dict
             }},
             "results": results,
             "invocations": [{"executionSuccessful": run.overall() != "error", "toolExecutionNotifications": notes}],
-            "properties": {"models": [{"name": m.name, "status": m.status} for m in run.models]},
+            "properties": {"models": [{"name": m.name, "status": m.status, **({"assumptions": [a["text"] for a in _assumed(m)]} if _assumed(m) else {})} for m in run.models]},
         }],
     }
 

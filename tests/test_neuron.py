@@ -192,3 +192,15 @@ def test_shardproof_yml_verify_assume_reaches_the_verdict(tmp_path: Path) -> Non
     (tmp_path / ".shardproof.yml").write_text("version: 1\nmodels:\n  - name: m\n    entry: m:f\n    verify: {assume: [elided]}\n")
     with pytest.raises(InputError, match=r"\.shardproof\.yml:5: models\[0\]\.verify\.assume\[0\]: expected one of elided-constants, got 'elided'"):
         load_config(tmp_path / ".shardproof.yml")
+
+
+def test_the_review_summary_and_sarif_name_the_assumption(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    _check(capsys, tmp_path, "tp2_layer1.hlo", DATA / "tp2_layer1.relations.yaml", "--assume", "elided-constants", "--witness", "never")
+    out = tmp_path / "report"
+    assert main(["report", "--result", str(tmp_path / "result.json"), "--out", str(out)]) == 0
+    for name in ("review.md", "summary.md", "check.md"):
+        assert "verified (assuming elided constants equal by name)" in (out / name).read_text(), name
+    sarif = json.loads((out / "report.sarif").read_text())["runs"][0]
+    assert sarif["properties"]["models"][0]["assumptions"] == ["elided constants equal by name"]
+    notes = [n["message"]["text"] for n in sarif["invocations"][0]["toolExecutionNotifications"] if n["level"] == "note"]
+    assert any(n.endswith("verified (assuming elided constants equal by name)") for n in notes), notes
