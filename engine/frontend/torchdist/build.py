@@ -11,11 +11,17 @@ The build child then lifts the texts (``lift.py``) into ``distributed.hlo``. A c
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
+import re
+import signal
 import sys
+import threading
 import time
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +121,8 @@ def _fork_rank(request: common.BuildRequest, fn: Any, rank: int, world: int, fol
         finally:
             sys.stderr.flush()
             os._exit(code)
-    _, status, _ = os.wait4(pid, 0)
+    with _stack_on_term(rank, log, Path(request.root)):
+        _, status, _ = os.wait4(pid, 0)
     try:
         outcome = json.loads(result.read_text())
     except (OSError, json.JSONDecodeError):
@@ -128,6 +135,69 @@ def _fork_rank(request: common.BuildRequest, fn: Any, rank: int, world: int, fol
         tail = log.read_text(errors="replace").strip().splitlines()[-12:]
         raise RuntimeError(f"rank {rank}: {outcome['error']}\n" + "\n".join(tail))
     return outcome
+
+
+_DUMP_HEADER = re.compile(r"^(?:Current thread|Thread) 0x([0-9a-f]+) \(most recent call first\):$")
+_DUMP_FRAME = re.compile(r'^  File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<function>.*)$')
+_STACK_FRAMES = 12  # the innermost frames of a stopped rank shown in build.log
+
+
+def _rank_stack(text: str, thread: int, root: Path) -> list[str]:
+    """The frames of thread ``thread`` in the last faulthandler dump of ``text``, innermost first,
+    without the front end's own frames, paths named as the source map names them."""
+    lines = text.splitlines()
+    start = max((i for i, line in enumerate(lines) if (m := _DUMP_HEADER.match(line)) and int(m.group(1), 16) == thread), default=-1)
+    if start < 0:
+        return []
+    frames = []
+    for line in lines[start + 1 :]:
+        m = _DUMP_FRAME.match(line)
+        if m is None:
+            break
+        # The front end's own frames and the interpreter's start-up (runpy) say nothing of
+        # where the model's code was.
+        if m.group("file").startswith("<frozen") or Path(m.group("file")).resolve().is_relative_to(common.FRONTEND_DIR):
+            continue
+        frames.append(f'  File "{capture.portable_path(m.group("file"), root)}", line {m.group("line")} in {m.group("function")}')
+    return frames[:_STACK_FRAMES]
+
+
+@contextmanager
+def _stack_on_term(rank: int, log: Path, root: Path) -> Iterator[None]:
+    """While rank ``rank``'s child builds, a SIGTERM (the runner's time or memory cap) writes
+    that rank's Python stack into this process's log (build.log), not this process's own.
+
+    The runner stops the whole process group. The rank's child inherits the worker's
+    faulthandler, which dumps its stacks into its own log (rankN.log); this process only waits
+    for it, and its own stack (``_fork_rank`` in ``wait4``) says nothing about where the model
+    hung. So, while it waits, a SIGTERM here waits for the rank's dump to settle and copies the
+    forking thread's frames (the rank's main thread has its ident: fork keeps it) into
+    build.log, where the runner reads the tail it reports."""
+    thread = threading.get_ident()
+    had_faulthandler = faulthandler.unregister(signal.SIGTERM)
+
+    def on_term(_signum: int, _frame: Any) -> None:
+        text, settled = "", time.monotonic() + _DUMP_WAIT
+        while time.monotonic() < settled:
+            time.sleep(0.05)
+            now = log.read_text(errors="replace") if log.exists() else ""
+            if now != text:
+                text, settled = now, min(time.monotonic() + 0.15, settled)
+        frames = _rank_stack(text, thread, root)
+        where = "\n".join(frames) if frames else "  (no Python stack of the rank was dumped; see " + log.name + ")"
+        sys.stderr.write(f"rank {rank}'s build was still running when it was stopped; its Python stack, most recent call first:\n{where}\n")
+        sys.stderr.flush()
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if had_faulthandler:
+            faulthandler.register(signal.SIGTERM, file=sys.stderr, all_threads=True, chain=False)
+
+
+_DUMP_WAIT = 0.6  # seconds; the runner sends SIGKILL one second after SIGTERM
 
 
 def _sources(folder: Path) -> dict[str, str]:

@@ -1,0 +1,76 @@
+"""torch.distributed code as its users write it, hosted by the int-rank front end
+(frontend/torchdist): fairscale's layers built on the meta device, Megatron's default
+``initialize_model_parallel`` (gloo groups), a rank that hangs reported with its own stack.
+
+The end-to-end runs build real fairscale / megatron-core from PyPI (the ``fairscale`` and
+``megatron`` extras) in one worker per run; the meta-device constructor is tested alone.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shardproof.engine.frontend.runner import run_models
+
+ROOT = Path(__file__).parents[1]
+EXAMPLE = ROOT / "examples" / "torchdist" / ".shardproof.yml"
+PROJECT = ROOT / "tests" / "torchdist_hosting_project" / ".shardproof.yml"
+
+needs = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("torch_xla", "fairscale", "megatron.core")),
+    reason="needs the frontend, fairscale and megatron extras",
+)
+
+
+def test_the_legacy_constructor_builds_on_meta_and_data_stays_on_the_cpu() -> None:
+    torch = pytest.importorskip("torch")
+    from shardproof.engine.frontend.build import meta_device
+
+    with meta_device():
+        assert torch.Tensor(4, 3).device.type == "meta"
+        assert torch.Tensor(torch.Size([2, 5])).shape == (2, 5)
+        assert torch.nn.Parameter(torch.Tensor(3)).device.type == "meta"
+        # values matter: a tensor of data and the typed legacy classes stay where they were
+        assert torch.Tensor([1.0, 2.0]).tolist() == [1.0, 2.0]
+        assert torch.LongTensor(range(3)).tolist() == [0, 1, 2]
+        # fairscale's init: a master weight (meta, from the context) copied into the legacy one
+        weight = torch.Tensor(2, 3)
+        torch.cat(torch.split(torch.empty(4, 3), 2, dim=0)[1:], dim=0, out=weight)
+    assert torch.Tensor(2, 2).device.type == "cpu"
+    assert "__new__" not in torch.Tensor.__dict__
+
+
+def _rows(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {m["name"]: m for m in doc["models"]}
+
+
+@needs
+def test_fairscale_on_meta_and_megatron_default_init_verify(tmp_path: Path) -> None:
+    doc = run_models(EXAMPLE, tmp_path, ["fairscale_llama_tp4", "megatron_default_init_tp4"])
+    rows = _rows(doc)
+    for name in ("fairscale_llama_tp4", "megatron_default_init_tp4"):
+        assert rows[name]["status"] == "verified", (name, rows[name]["build"]["error"], rows[name].get("result", {}).get("reason"))
+    # Megatron's gloo copies of its groups no longer wait for peers until the time cap (120 s)
+    assert rows["megatron_default_init_tp4"]["build"]["seconds"] < 100
+    relations = (tmp_path / "fairscale_llama_tp4" / "relations.yaml").read_text()
+    assert "tok_embeddings.weight: f32[64,32] -> f32[64,8]" in relations
+    assert "layers.0.attention.wq.weight: f32[32,32] -> f32[8,32]" in relations
+
+
+@needs
+def test_a_hung_rank_is_reported_with_its_own_stack(tmp_path: Path) -> None:
+    doc = run_models(PROJECT, tmp_path, ["hung_rank1"])
+    row = _rows(doc)["hung_rank1"]
+    error = row["build"]["error"]
+    assert row["status"] == "build-failed"
+    assert "exceeded its time cap" in error
+    assert "rank 1's build was still running" in error
+    # the rank's own frames, innermost first, in the repository's terms; not the front end's
+    assert 'File "tests/torchdist_hosting_project/models.py", line 16 in wait_for_peers' in error
+    assert "_fork_rank" not in error and "torchdist/build.py" not in error
+    log = (tmp_path / "hung_rank1" / "build.log").read_text()
+    assert log.index("in wait_for_peers") < log.index("in distributed")
