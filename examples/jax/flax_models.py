@@ -290,3 +290,46 @@ def linen_fsdp_tp(ctx: JaxContext) -> JaxModel:
     dist = shard_map(per_device, mesh=mesh, in_specs=(_mesh_specs(variables, FSDP_RULES), P("data")), out_specs=P("data"), check_vma=False)
     return JaxModel(Mlp(f).apply, dist, mesh, [variables, x], outputs=[("batch", None, None)], rules=FSDP_RULES, group_axes=("model",),
                     description="the FSDP x TP MLP per device in shard_map: all_gather over data, psum over model")
+
+
+def linen_train_step(ctx: JaxContext) -> JaxModel:
+    """A training step of the flax linen MLP with optax AdamW, TP 4: the parameters and the
+    optimizer state (its moments boxed like the parameters by optax's tree maps) go in and come
+    out sharded as declared by the logical partitioning."""
+    import optax
+
+    b, s, d, f = ctx.knob("batch", 2), ctx.knob("seq", 8), ctx.knob("hidden", 32), ctx.knob("ffn", 128)
+    c = 4
+    mesh = ctx.mesh({"data": 1, "model": c})
+    module = Mlp(f)
+    tx = optax.adamw(1e-3)
+    variables = jax.eval_shape(module.init, jax.random.key(0), _f32(b, s, d))
+    opt_state = jax.eval_shape(tx.init, variables)
+    x, y = JaxInput("x", (b, s, d), spec=("batch", None, None)), JaxInput("y", (b, s, d), spec=("batch", None, None))
+
+    def step(v: Any, st: Any, xs: Any, ys: Any) -> Any:
+        loss, grads = jax.value_and_grad(lambda p: jnp.mean((module.apply(p, xs) - ys) ** 2))(v)
+        updates, st = tx.update(grads, st, v)
+        return optax.apply_updates(v, updates), st, loss
+
+    bug = ctx.variant
+    if bug is None:
+        return JaxModel(step, step, mesh, [variables, opt_state, x, y], outputs=(variables, opt_state, P()), rules=RULES, group_axes=("model",), gspmd=True,
+                        description=f"flax linen MLP training step (MSE, optax AdamW), TP {c}, GSPMD")
+
+    def per_device(v: Any, st: Any, xs: Any, ys: Any) -> Any:
+        def loss_fn(p: Any) -> Any:
+            return jnp.mean((jax.lax.psum(Mlp(f // c).apply(p, xs), "model") - ys) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(v)
+        if bug == "tp_grads_all_reduced":
+            grads = jax.lax.psum(grads, "model")  # BUG-SITE: tp_grads_all_reduced
+        updates, st = tx.update(grads, st, v)
+        return optax.apply_updates(v, updates), st, loss
+
+    # check_vma (JAX's default) types the psum's transpose right: the replicated cotangent
+    # reaches each rank's shard once.
+    specs = (_mesh_specs(variables, RULES), _mesh_specs(opt_state, RULES))
+    dist = shard_map(per_device, mesh=mesh, in_specs=(*specs, P(), P()), out_specs=(*specs, P()))
+    return JaxModel(step, dist, mesh, [variables, opt_state, x, y], outputs=(variables, opt_state, P()), rules=RULES, group_axes=("model",),
+                    description=f"the flax training step per device in shard_map (optax AdamW), TP {c}")

@@ -180,7 +180,9 @@ def flatten(args: Sequence[Any], mesh: Any, rules: Sequence[tuple[str, Any]] | N
 
 def output_specs(outputs: Any, n_out: int, mesh: Any, rules: Sequence[tuple[str, Any]] | None) -> list[Spec]:
     """One mesh-axis spec per output leaf: ``outputs`` is None (all replicated), a list with one
-    spec per leaf, or a pytree shaped like the output whose leaves are PartitionSpecs."""
+    spec per leaf, or a pytree shaped like the output whose leaves are PartitionSpecs, flax
+    boxes or arrays with their shardings (a train step returns its parameters and optimizer
+    state sharded as they came in: pass the input trees themselves)."""
     import jax
     from jax.sharding import PartitionSpec
 
@@ -188,12 +190,21 @@ def output_specs(outputs: Any, n_out: int, mesh: Any, rules: Sequence[tuple[str,
         return [()] * n_out
 
     def is_spec(x: Any) -> bool:
-        return x is None or isinstance(x, PartitionSpec) or (isinstance(x, tuple) and all(e is None or isinstance(e, str) or (isinstance(e, tuple) and all(isinstance(a, str) for a in e)) for e in x))
+        return x is None or isinstance(x, PartitionSpec) or (type(x) is tuple and all(e is None or isinstance(e, str) or (isinstance(e, tuple) and all(isinstance(a, str) for a in e)) for e in x))
 
     if isinstance(outputs, list) and len(outputs) == n_out and all(is_spec(s) for s in outputs):
         specs = list(outputs)
     else:
-        specs = jax.tree_util.tree_leaves(outputs, is_leaf=is_spec)
+        specs = jax.tree_util.tree_leaves(outputs, is_leaf=lambda x: is_spec(x) or _is_box(x))
     if len(specs) != n_out:
         raise TreeError(f"{len(specs)} output specs for {n_out} outputs")
-    return [map_axes(tuple(s or ()), rules, mesh.axis_names, f"output {k}") for k, s in enumerate(specs)]
+    out = []
+    for k, s in enumerate(specs):
+        if is_spec(s):
+            out.append(map_axes(tuple(s or ()), rules, mesh.axis_names, f"output {k}"))
+        elif _is_box(s):
+            out.append(_box_leaf(s, f"output {k}", mesh, rules)[0].spec)
+        else:
+            _abstract(s, f"output {k}")
+            out.append(_spec_of_sharding(getattr(s, "sharding", None), mesh, f"output {k}"))
+    return out
