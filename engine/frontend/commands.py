@@ -82,6 +82,8 @@ class Table:
             where = entry["build"]["error"].splitlines()[0][:100]
         if result and result.get("witness"):
             where = (where + "  " if where else "") + f"[witness {result['witness']['status']}]"
+        if result and result.get("assumptions"):  # a verdict that rests on a stated assumption says so
+            where = (where + "  " if where else "") + "[assuming " + "; ".join(a["text"] for a in result["assumptions"]) + "]"
         seconds = f"{entry['seconds']:.1f}s"
         print(f"{entry['name']:<{self.width}}  {status:<13} {mark:<9} {'-' if layers is None else layers:>6} {seconds:>8}  {where}", flush=True)
 
