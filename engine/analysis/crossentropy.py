@@ -15,6 +15,10 @@ stated for (anything else gets no row, so a rule cannot fire on it):
 ``xcolbc(k)``         broadcast k of a 1-D [v] into [n, v] along dim 1 (dimensions={1})
 ``xrowbc(k)``         broadcast k of a 1-D [n] into [n, v] along dim 0 (dimensions={0})
 ``xrowsum(k, v)``     reduce k with the reducer add over dim 1 of [n, v] to [n]
+
+Side conditions (audit, issue 23): the rows are shape facts (every dtype); the value laws they
+feed take ranges from rpos (exact iotas only, graph.iota_exact) and inrange (declared ranges
+on duplicates), and decide only int compares.
 """
 
 from __future__ import annotations

@@ -2,6 +2,14 @@
 
 Node ids are global: baseline instructions first, then distributed ones, so one e-graph holds
 both graphs and every fact can name either side.
+
+Side conditions the value tables here check (audit, issue 23): integer iotas and arange
+literals count 0..n-1 only while n - 1 fits their type (iota_exact; float iotas while exact
+in the significand), for the position (iotaval), index (iotadim) and range tables alike;
+integer arithmetic rows carry the result type's exact range (intop, intshl, numconv, intconv:
+every rule that uses them checks no value wraps); converts carry values only when they keep
+every value (intwiden/intwidento) or when the rule checks the values fit (numconv, ftoi);
+compares decided by ranges are int compares (cmpop) or exact float constants (fcmpop).
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Resolve the relations file's parameters in both graphs and check their shapes."""
+"""Resolve the relations file's parameters in both graphs and check their shapes, and say which
+range facts a declared ``int_range`` gives (range_seeds: on the baseline value always, on the
+ranks' pieces only where they hold nothing but baseline values)."""
 
 from __future__ import annotations
 

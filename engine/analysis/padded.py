@@ -28,6 +28,12 @@ rank's own rows (``rows``), and reshapes derive more (splitting or merging the p
 ``padrows(k, d, w, Si)``          distributed: index_select along d (rows kept in place) of an
                                    operand with n <= c·w elements there by a w-entry index of
                                    shape Si (XLA's gather clamps an index past the end to n-1).
+
+Side conditions (audit, issue 23): the zero-tail sets (ZERO_UNARY/ZERO_BOTH/ZERO_EITHER) list
+only maps with f(0) = 0 for every element type they accept (integers of any width exactly,
+floats on finite values); a declared int_range never reaches the tail as a baseline bound
+(inputs.range_seeds); the padded width and extent come from the relations file or a rank's
+own-rows gather whose index is an exact position (rules/rankpos.egg rpos).
 """
 
 from __future__ import annotations

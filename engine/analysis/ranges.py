@@ -13,7 +13,8 @@ arithmetic are widened by a few ulps of the type, so a computed bound is never t
 the true one. NaN: a NaN makes no interval (an
 operation that may produce one, inf - inf say, is unbounded), and NaN inputs are outside the
 proof (README, Semantics): a verified pair agrees where neither program makes a NaN.
-Integer ops whose exact result may leave the type wrap: their range is the whole type.
+Integer ops whose exact result may leave the type wrap: their range is the whole type, and
+so is an integer iota longer than its type holds (s8[256] wraps to -128..-1 after 127).
 """
 
 from __future__ import annotations

@@ -27,6 +27,11 @@ The tables (one row per signature key, written only for the forms the laws are s
                              d; e = -1: any reduce(add) keeping d (of a group-partial sum)
 ``gpdus(k, d, K, kp)``       dynamic-update-slice that keeps d whole (literal 0 start there)
 ``gppad(k, d, K, kp)``       pad that leaves d unpadded
+
+Side conditions (audit, issue 23): combiners other than add/max/min/mul/and/or and attributes
+not understood leave the scatter unsupported; the partial law needs identical indices on every
+rank (an update out of bounds is dropped alike on both sides); integer combiners wrap alike
+(exact modulo 2^bits); the rank-group tables index within one sharding group (floor(r/K)).
 """
 
 from __future__ import annotations

@@ -82,6 +82,11 @@ def _is_default(k: str, text: str) -> bool:
 
 
 def make_sig(ins: Instruction, operand_shapes: list[Shape], groups_ok: bool | None = None) -> Sig:
+    """The signature key: opcode, every value-relevant attribute (all but ops.VALUE_NEUTRAL_ATTRS,
+    defaults dropped), operand and result types. Two instructions with one key over equal
+    operands compute one value (the duplicate law), so nothing that can change a value (element
+    types, is_stable, precision, promises, reducers, comparators, permute pairs, and whether a
+    collective's groups are the sharding groups) may be left out."""
     attrs: dict[str, str] = {}
     for k in sorted(set(ins.attrs) | set(ins.parsed)):
         if k in VALUE_NEUTRAL_ATTRS or k in ("replica_groups", "to_apply", "source_target_pairs", "reducer", "comparator"):

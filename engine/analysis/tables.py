@@ -67,6 +67,16 @@ group size ``c``, computed here once per distinct signature and loaded as TSV ta
                              other lhs dims in their order (batch dims first, then free dims).
 ``ccident(k)``, ``ccmoves(k, d, kp)``: custom-calls as the relations file declares them
                              (Tables.custom_call).
+
+Side conditions each row carries (audit, issue 23): shape rows (moves*, blocks, reshapes) only
+move values and hold for every dtype; ``lin*`` rows name the reduction over ranks an op commutes
+with, per element type: add for negate/copy/layouts and integer add/subtract/multiply (exact
+modulo 2^bits, narrow and unsigned ints included), float divide only (integer division
+truncates); max/min only for monotone maps (ops.monotone_convert: no int->int convert that can
+wrap) and, for add/subtract of a duplicate, floats only (integer adds wrap; rules/slicing.egg
+decides them by ranges). Collective rows only for collectives over the sharding groups
+(graph._groups_ok: all-reduce as sets, the others in order) and permutes whose pairs stay
+inside one group (permute_within_groups).
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@
 ``pmove(k, e, e2)``   distributed broadcast, transpose or unit-dim-only reshape k carries operand
                       dim e whole onto result dim e2 (a value constant along the other dims stays
                       so: a broadcast repeats it, a transpose or unit reshape only relabels).
+
+Side conditions (audit, issue 23): only add prefix sums (reordered sums: integers exact modulo
+2^bits, floats real); windows trivial along every other dim, checked field by field; a window
+attribute not understood gives no row.
 """
 
 from __future__ import annotations

@@ -18,6 +18,12 @@ spelled in the rank arithmetic the rules know (rules/slicing.egg: ``affine``): a
 of v's type, times a, plus b. Nothing is assumed: the replacement is checked on all N devices.
 Values that depend on the group (the data-parallel index in a DP x TP mesh) or are not affine in
 the rank stay functions of the device-id parameter, which relates to nothing.
+
+Side conditions (audit, issue 23): every integer type (narrow and unsigned included) is
+evaluated with its wrap, and a value is accepted only as the exact integer a·r + b it equals on
+every device; the spelling that replaces it computes that integer in the value's own type, so
+any wrap in its steps cancels (the value itself fits the type). Constant tables are read only
+when every literal fits its type.
 """
 
 from __future__ import annotations
