@@ -204,3 +204,15 @@ def test_the_review_summary_and_sarif_name_the_assumption(capsys: pytest.Capture
     assert sarif["properties"]["models"][0]["assumptions"] == ["elided constants equal by name"]
     notes = [n["message"]["text"] for n in sarif["invocations"][0]["toolExecutionNotifications"] if n["level"] == "note"]
     assert any(n.endswith("verified (assuming elided constants equal by name)") for n in notes), notes
+
+
+def test_fill_elided_writes_namesakes_alike_and_nothing_else() -> None:
+    from shardproof.engine.witness.inputs import fill_elided
+
+    base = "  %ba = f32[2]{0} constant({...})\n  %a = f32[2]{0} constant({...})\n  %c = s32[2,2] constant({...})\n"
+    dist = "  %a = f32[2]{0} constant({...}), metadata={op_name=\"x\"}\n  %c = s32[2,2]{1,0} constant({...})\n"
+    fb, fd = fill_elided(base, ["a", "c"]), fill_elided(dist, ["a", "c"])
+    assert "%ba = f32[2]{0} constant({...})" in fb  # not the tail of another name
+    lit = fb.split("%a = f32[2]{0} constant(")[1].split(")")[0]
+    assert lit != "{...}" and f"%a = f32[2]{{0}} constant({lit}), metadata" in fd
+    assert "{{" in fb.split("%c = s32[2,2] constant(")[1] and "{...}" not in fd

@@ -251,7 +251,8 @@ def fill_elided(text: str, names: Sequence[str], seed: int = 0) -> str:
     from ..hlo.literals import round_to
 
     for name in names:
-        pat = re.compile(r"(%?" + re.escape(name) + r"\s*=\s*([a-z0-9]+)\[([0-9,\s]*)\](?:\{[^}]*\})?\s+constant\()\{\.\.\.\}(\))")
+        # The whole name: not the tail of another (``%a`` must not match ``%ba``).
+        pat = re.compile(r"(?<![\w.\-])(%?" + re.escape(name) + r"\s*=\s*([a-z0-9]+)\[([0-9,\s]*)\](?:\{[^}]*\})?\s+constant\()\{\.\.\.\}(\))")
         m = pat.search(text)
         if m is None:
             continue
