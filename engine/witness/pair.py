@@ -412,7 +412,7 @@ def _witness(baseline_hlo: str, distributed_hlo: str, relations: dict[str, Any],
         elif p.check is not None:
             chk = p.check
             p.detail = (f"differs from %{p.baseline} under {chk.relation}: max abs err {chk.max_abs_diff:.3g}, max rel err {chk.max_rel_diff:.3g}"
-                        + (f"; at {list(chk.index)} rank {chk.rank}: baseline {chk.baseline_value}, distributed {chk.distributed_value}" if chk.index is not None else ""))
+                        + (f"; at {list(chk.index)} {_compared(chk.rank)}: baseline {chk.baseline_value}, distributed {chk.distributed_value}" if chk.index is not None else ""))
     report.seconds = time.perf_counter() - t0
     return report
 
@@ -564,6 +564,12 @@ def instruction_differs(baseline_hlo: str, distributed_hlo: str, relations: dict
             if wide is not None and wide.allclose:
                 continue
         detail = (f"differs from the baseline's value under {chk.relation} on seed {seed}: max abs err {chk.max_abs_diff:.3g}, max rel err {chk.max_rel_diff:.3g}"
-                  + (f"; at {list(chk.index)} rank {chk.rank}: baseline {chk.baseline_value}, distributed {chk.distributed_value}" if chk.index is not None else ""))
+                  + (f"; at {list(chk.index)} {_compared(chk.rank)}: baseline {chk.baseline_value}, distributed {chk.distributed_value}" if chk.index is not None else ""))
         return True, detail, seed, trials, chk
     return False, f"holds numerically on {trials} random input(s)", None, trials, None
+
+
+def _compared(rank: int | None) -> str:
+    """Which distributed value a numeric check compared: one rank's, or (a partial relation)
+    the sum over the ranks, which has no rank of its own."""
+    return f"on rank {rank}" if rank is not None else "of the sum over the ranks"
