@@ -216,3 +216,38 @@ def test_fill_elided_writes_namesakes_alike_and_nothing_else() -> None:
     lit = fb.split("%a = f32[2]{0} constant(")[1].split(")")[0]
     assert lit != "{...}" and f"%a = f32[2]{{0}} constant({lit}), metadata" in fd
     assert "{{" in fb.split("%c = s32[2,2] constant(")[1] and "{...}" not in fd
+
+
+def _two_constants(use: str, rows: int) -> str:
+    gather = "  ROOT %g = f32[8,16]{1,0} all-gather(%m), dimensions={0}, replica_groups={{0,1,2,3}}\n" if rows != 8 else ""
+    root = "ROOT " if rows == 8 else ""
+    return f"""HloModule two_constants
+
+ENTRY %main (x: f32[{rows},16]) -> f32[8,16] {{
+  %x = f32[{rows},16]{{1,0}} parameter(0)
+  %c1 = f32[16]{{0}} constant({{...}})
+  %c2 = f32[16]{{0}} constant({{...}})
+  %cb = f32[{rows},16]{{1,0}} broadcast(%{use}), dimensions={{1}}
+  {root}%m = f32[{rows},16]{{1,0}} multiply(%x, %cb)
+{gather}}}
+"""
+
+
+def test_the_assumption_equates_namesakes_only(tmp_path: Path) -> None:
+    # Both programs hold two elided f32[16] constants; the ranks scale by the other one.
+    # Assumed: c1 = c1 and c2 = c2, nothing about c1 against c2, so no proof; the witness
+    # fills c1 and c2 with different values and shows the difference.
+    rel = {"groups": [[0, 1, 2, 3]], "inputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 0}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}], "assume": ["elided-constants"]}
+    (tmp_path / "b.hlo").write_text(_two_constants("c1", 8))
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(rel))
+    for use, verdict in (("c1", "verified"), ("c2", "diverged")):
+        (tmp_path / "d.hlo").write_text(_two_constants(use, 2))
+        result = check_files(load_relations(tmp_path / "r.yaml"), tmp_path / "b.hlo", tmp_path / "d.hlo")
+        assert result.verdict == verdict, (use, result.reason)
+        assert [c["name"] for c in result.assumptions[0]["constants"]] == ["%c1", "%c2"]
+    assert result.witness is not None and result.witness["status"] == "confirmed"
+    # A namesake of another shape stays unknown, and the reason says why.
+    (tmp_path / "d.hlo").write_text(_two_constants("c1", 2).replace("%c1 = f32[16]{0}", "%c1 = f32[16,1]{1,0}").replace("broadcast(%c1), dimensions={1}", "broadcast(%c1), dimensions={1,0}").replace("%cb = f32[2,16]{1,0} broadcast(%c1), dimensions={1,0}", "%c1r = f32[16]{0} reshape(%c1)\n  %cb = f32[2,16]{1,0} broadcast(%c1r), dimensions={1}"))
+    result = check_files(load_relations(tmp_path / "r.yaml"), tmp_path / "b.hlo", tmp_path / "d.hlo", witness="never")
+    assert result.verdict == "unsupported" and "%c1 is f32[16,1], the baseline's is f32[16]" in result.reason
