@@ -81,3 +81,48 @@ def test_correct_twin_still_verifies_and_is_equal(name: str, twin: Callable[[str
     for s in range(2):
         run = oracle.run_pair(base, dist, rel, seed=s)
         assert run.equal, run.summary()
+
+
+# ---- found by the audit: a declared range beyond the input's type ---------------------------
+
+_IDS_BASE = """HloModule ids_guard
+
+ENTRY %main (ids: u32[8], a: f32[8]) -> f32[8] {
+  %ids = u32[8]{0} parameter(0)
+  %a = f32[8]{0} parameter(1)
+  %ten = u32[] constant(10)
+  %tens = u32[8]{0} broadcast(u32[] %ten), dimensions={}
+  %ok = pred[8]{0} compare(u32[8]{0} %ids, u32[8]{0} %tens), direction=LT
+  %z = f32[] constant(0)
+  %zs = f32[8]{0} broadcast(f32[] %z), dimensions={}
+  ROOT %out = f32[8]{0} select(pred[8]{0} %ok, f32[8]{0} %a, f32[8]{0} %zs)
+}
+"""
+_IDS_DIST = """HloModule ids_guard_rank
+
+ENTRY %main (ids: u32[8], a: f32[8]) -> f32[8] {
+  %ids = u32[8]{0} parameter(0)
+  %a = f32[8]{0} parameter(1)
+  ROOT %out = f32[8]{0} copy(f32[8]{0} %a)
+}
+"""
+
+
+def _ids_relations(lo: int, hi: int) -> dict:
+    return {"groups": [[0, 1, 2, 3]], "inputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate", "int_range": [lo, hi]},
+                                                 {"baseline": 1, "distributed": 1, "relation": "duplicate"}],
+            "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+
+
+def test_int_range_beyond_the_input_type_is_bad_input() -> None:
+    """u32 ids declared in [-5, 5) were seeded as that range, so `ids < 10` was decided true and
+    the guard dropped: verified, although u32 ids drawn so are 4294967291.. and 0..4. A range
+    the type cannot hold is now a relations error naming the key; the twin [0, 5) verifies."""
+    from shardproof.engine.errors import InputError
+
+    with pytest.raises(InputError, match=r"inputs\[0\]\.int_range.*does not fit ids's type u32"):
+        _verdict(_IDS_BASE, _IDS_DIST, _ids_relations(-5, 5))
+    oracle = pytest.importorskip("oracle")
+    assert not oracle.run_pair(_IDS_BASE, _IDS_DIST, _ids_relations(-5, 5), seed=0).equal
+    assert _verdict(_IDS_BASE, _IDS_DIST, _ids_relations(0, 5)) == "verified"
+    assert oracle.run_pair(_IDS_BASE, _IDS_DIST, _ids_relations(0, 5), seed=0).equal

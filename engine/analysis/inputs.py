@@ -5,6 +5,7 @@ ranks' pieces only where they hold nothing but baseline values)."""
 from __future__ import annotations
 
 from ..errors import InputError
+from ..hlo.literals import INT_BITS, int_range
 from ..hlo.rank import bind_device_ids
 from ..ir import Instruction, Module
 from ..relations import Binding, RelationSpec
@@ -72,12 +73,32 @@ def check_inputs(spec: RelationSpec, base: Module, dist: Module) -> tuple[list[t
                 # value; the parameter itself, and any other use of it, relates to nothing.
                 bound.extend((b, bp, ag) for ag in _restoring_gathers(dist, dp, b))
                 continue
+        _check_int_range(spec.path, b, [x for x in (bp, dp) if x is not None])
         bound.append((b, bp, dp))
     missing = [p for p in dist.entry.parameters if p.name not in seen]
     if missing:
         p = missing[0]
         raise InputError(spec.path, "inputs", f"distributed parameter {p.parameter_number} ({p.name}: {p.shape}) has no relation; say how it relates to the baseline (duplicate, sharded, partial or rank)")
     return bound, rank_params
+
+
+def _check_int_range(path: str, b: Binding, params: list[Instruction]) -> None:
+    """A declared ``int_range: [lo, hi)`` is a fact about integer values the inputs hold: the
+    parameters must have an integer type that holds every value of it (a range beyond the type
+    would be seeded as a fact about values no input can hold: u32 ids 'in [-5, 5)' are
+    4294967291.. and 0..4, and a compare decided on [-5, 5) is wrong)."""
+    if b.int_range is None:
+        return
+    lo, hi = int(b.int_range[0]), int(b.int_range[1])
+    if lo >= hi:
+        raise InputError(path, f"{b.key}.int_range", f"expected lo < hi, got [{lo}, {hi}]")
+    for p in params:
+        dt = p.shape.dtype
+        if dt not in INT_BITS:
+            raise InputError(path, f"{b.key}.int_range", f"an int_range applies to integer inputs; {p.name} is {p.shape}")
+        tlo, thi = int_range(dt)
+        if lo < tlo or hi - 1 > thi:
+            raise InputError(path, f"{b.key}.int_range", f"[{lo}, {hi}) does not fit {p.name}'s type {dt} (values {tlo}..{thi})")
 
 
 def _restoring_gathers(dist: Module, dp: Instruction, b: Binding) -> list[Instruction]:
