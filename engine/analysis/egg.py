@@ -59,7 +59,7 @@ def _bindings() -> ModuleType:
 
 bindings = _bindings()
 
-RULE_FILES = ("core.egg", "algebra.egg", "partition.egg", "collectives.egg", "slicing.egg", "argreduce.egg", "unroll.egg", "layout.egg", "customcall.egg", "permute.egg", "rankalgebra.egg", "rankselect.egg", "vocabraw.egg", "gathercat.egg", "alltoall.egg", "rankpos.egg", "window.egg", "scaling.egg", "scatter.egg", "padded.egg", "ring.egg", "crossentropy.egg", "ringcollect.egg")
+RULE_FILES = ("core.egg", "algebra.egg", "partition.egg", "collectives.egg", "slicing.egg", "argreduce.egg", "unroll.egg", "layout.egg", "customcall.egg", "permute.egg", "rankalgebra.egg", "rankselect.egg", "vocabraw.egg", "gathercat.egg", "slicescatter.egg", "alltoall.egg", "rankpos.egg", "window.egg", "scaling.egg", "scatter.egg", "padded.egg", "ring.egg", "crossentropy.egg", "ringcollect.egg")
 
 
 def split_forms(text: str) -> Iterator[str]:

@@ -123,6 +123,33 @@ def _placed(tensor: Any) -> Placed:
     return Placed(tuple(kinds), groups, tuple(names), text, reduce)
 
 
+def _loss_targets() -> type:
+    """A torch-function mode: under ``loss_parallel()``, the plain target of a cross entropy
+    (or nll_loss) of DTensor logits enters as a DTensor with the placements loss_parallel's own
+    handler gives it (``_cast_to_dtensor``). A plain XLA target is a functional tensor: the op
+    would pass torch-xla's functionalization fallback first, which wraps the handler's outputs
+    (already functional) a second time and asserts. The values are the same."""
+    import torch
+    import torch.nn.functional as F
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._ops._math_ops import _skip_dim, replicate_reduction_dims
+    from torch.overrides import TorchFunctionMode
+
+    losses = (F.cross_entropy, F.nll_loss)
+
+    class LossTargets(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = dict(kwargs or {})
+            if func in losses and len(args) >= 2 and isinstance(args[0], DTensor) and isinstance(args[1], torch.Tensor) and not isinstance(args[1], DTensor):
+                x = args[0]
+                channel = 1 if x.dim() >= 2 else 0
+                placements = _skip_dim(replicate_reduction_dims(x.placements, [channel]), channel)
+                args = (x, DTensor.from_local(args[1], x.device_mesh, placements, run_check=False), *args[2:])
+            return func(*args, **kwargs)
+
+    return LossTargets
+
+
 class Hosting:
     """One trace of ``module``'s DTensor parameters (see the module's docstring)."""
 
@@ -185,7 +212,31 @@ class Hosting:
 
         _dispatch.OpDispatcher.dispatch = dispatch  # type: ignore[method-assign]
         self._stack.callback(setattr, _dispatch.OpDispatcher, "dispatch", original)
+        self._mask_writes(torch)
+        self._stack.enter_context(_loss_targets()())
         return self
+
+    def _mask_writes(self, torch: Any) -> None:
+        """``x[mask] = v`` / ``x[mask, :] = v`` with a boolean mask of x's leading dims runs as
+        ``x.masked_fill_(mask, v)`` (the same value). DTensor's vocab-parallel embedding
+        (``_MaskPartial``) writes its masks this way inside ``__torch_dispatch__``, where no
+        torch-function shim sees it; torch-xla lowers a boolean index through ``nonzero``, a
+        data-dependent shape that crashes on placeholders."""
+        assert self._stack is not None
+        cls = torch.Tensor
+        had = "__setitem__" in cls.__dict__
+        original = cls.__setitem__
+
+        def setitem(target: Any, key: Any, value: Any) -> Any:
+            mask = key[0] if isinstance(key, tuple) and len(key) == 2 and isinstance(key[1], slice) and key[1] == slice(None) else key
+            if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool and target.device.type == "xla" and 0 < mask.dim() <= target.dim() and tuple(mask.shape) == tuple(target.shape[: mask.dim()]) and (mask is key or mask.dim() < target.dim()):
+                full = mask.reshape(*mask.shape, *([1] * (target.dim() - mask.dim())))
+                target.masked_fill_(full, value)
+                return None
+            return original(target, key, value)
+
+        cls.__setitem__ = setitem
+        self._stack.callback(setattr, cls, "__setitem__", original) if had else self._stack.callback(delattr, cls, "__setitem__")
 
     def __exit__(self, *exc: Any) -> None:
         if self._stack is not None:
