@@ -2,18 +2,28 @@
 
 XLA (jaxlib 0.10 under Shardy) prints a collective's groups as a mesh and the mesh axes that form
 one group, e.g. ``mesh['axis_0'=2,'axis_1'=4] {'axis_1'}``, with sub-axes ``a:(pre)size`` (the
-factor of axis ``a`` of size ``size`` whose smaller factors multiply to ``pre``). A mesh with
-an explicit device order (``, device_ids=(...)``) is refused: XLA's runtime does not run the
-groups its definition names (see mesh_groups). The meaning, as XLA's
-``MeshAxesReplicaGroupList::flattened_replica_groups`` defines it (checked against XLA's CPU
-runtime by tests/test_jax_groups_and_rank.py):
+factor of axis ``a`` of size ``size`` whose smaller factors multiply to ``pre``), and optionally
+the mesh's device order, ``, device_ids=(0,2,1,3)`` or as an iota ``, device_ids=([2,2]T(1,0))``
+(what GSPMD writes for a collective over the second axis of a 2x2 mesh inside a ``lax.scan``).
+The meaning, as XLA's ``MeshAxesReplicaGroupList::flattened_replica_groups`` defines it and JAX
+executes it (checked against JAX's own execution of the jitted programs by
+tests/test_witness_vs_jax.py, and against XLA's CPU runtime by tests/test_jax_groups_and_rank.py):
 
-- the device array is iota viewed with the mesh's axis sizes;
+- the device array is the mesh's device order (iota without ``device_ids``) viewed with the
+  mesh's axis sizes;
 - a mesh axis with sub-axes is split into factors ``[pre, size, rest]`` (several sub-axes of one
   axis: sorted by ``pre``, with padding factors between them);
 - the array is transposed so the axes not in the group come first (in mesh order) and the
   group's axes last (in the order listed), flattened, and cut into groups of the product of the
   group axes' sizes. Each group lists its devices in that order (a device's index in its group).
+
+An iota device order ``[d0,d1,...]T(perm)`` is iota over the product, viewed with ``[d0,d1,...]``,
+transposed by ``perm`` and flattened (XLA's IotaTileAssignment; ``[dims]<=[reshape]T(perm)``
+likewise over ``reshape``).
+
+Beware: XLA's HLO -> StableHLO importer (the route the witness compiles by) drops ``device_ids``
+and merges such a mesh with the plain mesh of the same axes, so the witness executes every
+mesh list with a device order as the explicit groups this module computes (engine.witness.runtime).
 """
 
 from __future__ import annotations
@@ -45,6 +55,37 @@ def _transpose(flat: list[int], dims: list[int], perm: list[int]) -> list[int]:
     return [flat[sum(i * s for i, s in zip(idx, tstrides, strict=True))] for idx in product(*(range(d) for d in tdims))]
 
 
+_IOTA_ORDER = re.compile(r"\s*\[([0-9,\s]+)\](?:\s*<=\s*\[([0-9,\s]+)\])?\s*(?:T\(([0-9,\s]*)\))?\s*\Z")
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def device_order(ids: str, total: int, raw: str) -> list[int]:
+    """The device ids of a mesh in array order: ``0,2,1,3`` as written, or an iota
+    ``[2,2]T(1,0)`` / ``[4]<=[2,2]T(1,0)`` (see the module doc). Must be a permutation of
+    0..total-1."""
+    m = _IOTA_ORDER.match(ids)
+    if m is not None:
+        dims = _ints(m.group(2) if m.group(2) is not None else m.group(1))
+        size = 1
+        for d in dims:
+            size *= d
+        perm = _ints(m.group(3)) if m.group(3) is not None else list(range(len(dims)))
+        if size != total or sorted(perm) != list(range(len(dims))):
+            raise MeshGroupError(f"device_ids ({ids.strip()}) is not an order of the mesh's {total} devices in '{raw}'")
+        order = _transpose(list(range(total)), dims, perm)
+    else:
+        try:
+            order = [int(x) for x in ids.split(",")]
+        except ValueError:
+            raise MeshGroupError(f"expected device_ids like (0,2,1,3) or ([2,2]T(1,0)), got '({ids.strip()})' in '{raw}'") from None
+    if sorted(order) != list(range(total)):
+        raise MeshGroupError(f"device_ids ({ids.strip()}) is not a permutation of the mesh's {total} devices in '{raw}'")
+    return order
+
+
 def _name(m: re.Match[str]) -> str:
     return next(g for g in m.groups()[:3] if g is not None)
 
@@ -71,12 +112,7 @@ def mesh_groups(raw: str) -> list[list[int]]:
         total *= s
     if total > MAX_MESH_DEVICES:
         raise MeshGroupError(f"a mesh of {total} devices is beyond the {MAX_MESH_DEVICES} this tool expands")
-    if m.group("ids") is not None:
-        # Measured on jaxlib 0.10: XLA's CPU runtime runs mesh[a=2,b=4], device_ids=(0,2,4,6,
-        # 1,3,5,7) {b} over the iota groups {0,1,2,3},{4,5,6,7}, not over the rows of the device
-        # array its own definition names. With two readings, none is safe: refuse it.
-        raise MeshGroupError(f"mesh replica groups with explicit device_ids are not read (XLA's runtime and its definition disagree on them): '{raw}'")
-    devices = list(range(total))
+    devices = list(range(total)) if m.group("ids") is None else device_order(m.group("ids"), total, raw)
     refs: list[tuple[int, int | None, int | None]] = []  # (axis, pre, size) in listed order
     for part in m.group("group").split(",") if m.group("group").strip() else []:
         r = _REF.match(part)

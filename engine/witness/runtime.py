@@ -23,6 +23,16 @@ their ``channel_id``; all-reduce / all-gather / reduce-scatter with ``channel_id
 (replica-and-partition mode, all partitions with one replica) they drop it and span all ranks.
 A program mixing both flavours is rejected as ambiguous.
 
+Mesh replica groups (``replica_groups=mesh['a'=2,'b'=2] {'a'}``, with or without a device order
+``device_ids=([2,2]T(1,0))``) are written out as the explicit groups they name (hlo.meshgroups)
+before compiling: XLA's HLO -> StableHLO importer (step 2) makes one ``sdy.mesh`` symbol per
+set of axis names and drops the device order, so in a module with two meshes (GSPMD writes
+``mesh['axis_0'=2,'axis_1'=1,'axis_2'=2]`` for a vocab-sharded gather and
+``mesh['axis_0'=1,'axis_1'=1,'axis_2'=2,'axis_3'=2]`` for the softmax over the same vocab), or
+with a device order (a collective inside a ``lax.scan``), collectives ran over other groups
+than JAX runs them over: correct flax models came out different from JAX on every device.
+tests/test_witness_vs_jax.py checks the witness against JAX's own execution.
+
 Channel ids: XLA's verifier refuses two collectives of different shapes on one channel, which
 hand-written and cut texts have. A channel id's number is value-neutral (only its presence
 matters, see above), so the witness renumbers them, one per instruction — on its own copy of the
@@ -120,6 +130,25 @@ _GLOBAL_GROUP_OPS = {"kAllReduce", "kAllReduceStart", "kAllGather", "kAllGatherS
 _PARTITION_WHEN_CHANNEL_OPS = {"kAllToAll", "kRaggedAllToAll", "kCollectivePermute", "kCollectivePermuteStart", "kCollectiveBroadcast"}
 
 
+# A mesh replica-group list: ``mesh[...] {...}`` or ``mesh[...], device_ids=(...) {...}`` (the
+# ids may hold an iota ``[2,2]T(1,0)`` with its own parentheses).
+_MESH_GROUPS = re.compile(r"(replica_groups=)(mesh\[[^\]]*\](?:,\s*device_ids=\((?:[^()]|\([^()]*\))*\))?\s*\{[^{}]*\})")
+
+
+def explicit_mesh_groups(text: str) -> str:
+    """Every mesh replica-group list written as its explicit groups (see the module doc);
+    iota and explicit lists stay as written (XLA's importer keeps their meaning)."""
+    if "replica_groups=mesh[" not in text:
+        return text
+    from ..hlo.meshgroups import mesh_groups
+
+    def explicit(m: re.Match[str]) -> str:
+        groups = mesh_groups(m.group(2))
+        return m.group(1) + "{" + ",".join("{" + ",".join(str(d) for d in g) + "}" for g in groups) + "}"
+
+    return _MESH_GROUPS.sub(explicit, text)
+
+
 def renumber_channels(text: str) -> str:
     """Every ``channel_id`` a number of its own (value-neutral; see the module docstring)."""
     if "channel_id=" not in text:
@@ -209,7 +238,10 @@ def read(text: str) -> Program:
         raise ValueError("the HLO text has an elided literal constant({...}); its values are unknown, so it cannot be executed")
     module = x.hlo.hlo_module_from_text(renumber_channels(text))
     canon = module_text(module)
-    compiled_text, flavour = _to_replica_flavour(module, canon)
+    explicit = explicit_mesh_groups(canon)
+    if explicit != canon:
+        module = x.hlo.hlo_module_from_text(explicit)
+    compiled_text, flavour = _to_replica_flavour(module, explicit)
     if compiled_text != canon:
         module = x.hlo.hlo_module_from_text(compiled_text)
     m = _ENTRY_RE.search(canon)
