@@ -9,6 +9,8 @@ The end-to-end runs build real fairscale / megatron-core from PyPI (the ``fairsc
 from __future__ import annotations
 
 import importlib.util
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +58,25 @@ def test_fairscale_on_meta_and_megatron_default_init_verify(tmp_path: Path) -> N
         assert rows[name]["status"] == "verified", (name, rows[name]["build"]["error"], rows[name].get("result", {}).get("reason"))
     # Megatron's gloo copies of its groups no longer wait for peers until the time cap (120 s)
     assert rows["megatron_default_init_tp4"]["build"]["seconds"] < 100
+    _metadata_names_the_source_map(tmp_path / "fairscale_llama_tp4")
     relations = (tmp_path / "fairscale_llama_tp4" / "relations.yaml").read_text()
     assert "tok_embeddings.weight: f32[64,32] -> f32[64,8]" in relations
     assert "layers.0.attention.wq.weight: f32[32,32] -> f32[8,32]" in relations
+
+
+def _metadata_names_the_source_map(folder: Path) -> None:
+    """Every instruction's HLO metadata names the source map's line, never the front end's own
+    files (the shims' TorchFunctionMode is the innermost Python frame of every op it forwards)."""
+    text = (folder / "distributed.hlo").read_text()
+    assert "engine/frontend" not in text and "shims.py" not in text
+    frames = json.loads((folder / "sourcemap.json").read_text())["instructions"]
+    checked = 0
+    for m in re.finditer(r'^\s+(?:ROOT )?%(\S+) = .*source_file="([^"]*)" source_line=(\d+)', text, re.M):
+        first = (frames.get(m.group(1)) or {}).get("frames") or []
+        if first:
+            assert (m.group(2), int(m.group(3))) == (first[0]["file"], first[0]["line"]), m.group(0)[:200]
+            checked += 1
+    assert checked > 100
 
 
 @needs

@@ -525,6 +525,18 @@ def capture(
             ]
         return site_chains[site]
 
+    # torch-xla writes the innermost Python frame into each instruction's metadata, which under
+    # a front end's TorchFunctionMode (torchdist's shims) is the mode's own line for every op.
+    # The text names instead what the source map names (its innermost user frame) or, without
+    # one, the innermost frame outside the excluded files (a library's), or nothing.
+    shown_frame: dict[int, tuple[str, int] | None] = {}
+
+    def outside_excluded(frame_id: int) -> tuple[str, int] | None:
+        if frame_id not in shown_frame:
+            shown_frame[frame_id] = next(((show(f), line) for f, line, _ in _walk_frames(frame_id, frame_index, files) if f not in excluded and not f.startswith("<frozen")), None)
+        return shown_frame[frame_id]
+
+    located: dict[str, tuple[str, int] | None] = {}
     instructions: dict[str, Any] = {}
     parameter_shapes: dict[int, tuple[str, tuple[int, ...]]] = {}
     entry_id = module.get("entryComputationId")
@@ -540,18 +552,41 @@ def capture(
             if not metadata:
                 continue
             op_name, site = _split_site(metadata.get("opName", ""))
+            frame_id = int(metadata.get("stackFrameId", 0))
             if site is not None and 0 <= site < len(sites):
-                instructions[instruction["name"]] = {"frames": site_frames(site), "op_name": numbering.apply(op_name), "backward": True}
-                continue
-            instructions[instruction["name"]] = {
-                "frames": user_frames(int(metadata.get("stackFrameId", 0))),  # shared, never mutated
-                "op_name": numbering.apply(op_name),
-            }
+                entry = {"frames": site_frames(site), "op_name": numbering.apply(op_name), "backward": True}
+            else:
+                entry = {"frames": user_frames(frame_id), "op_name": numbering.apply(op_name)}  # frames shared, never mutated
+            instructions[instruction["name"]] = entry
+            first = entry["frames"][0] if entry["frames"] else None
+            located[instruction["name"]] = (first["file"], first["line"]) if first else outside_excluded(frame_id)
+    text = _located(text, instructions, located)
     # Hidden files as the text names them: the verifier skips them in HLO metadata as well (an
     # instruction the map lacks, e.g. one part of a split all-reduce, falls back to metadata).
     hidden = sorted({show(path) for path in excluded})
     sourcemap = {"version": SOURCEMAP_VERSION, "instructions": instructions, "hidden": hidden}
     return Capture(text, sourcemap, parameter_shapes, context)
+
+
+_LOCATION_RE = re.compile(r' source_file="[^"]*" source_line=\d+| source_file="[^"]*"| source_line=\d+')
+
+
+def _located(text: str, instructions: dict[str, Any], located: dict[str, tuple[str, int] | None]) -> str:
+    """``text`` with each instruction's ``source_file``/``source_line`` set to ``located``'s
+    (removed where it is None), so that a reader of the metadata alone names the line the source
+    map names."""
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        m = _INSTRUCTION_RE.match(line)
+        if m is None or m.group(1) not in instructions or "metadata={" not in line:
+            continue
+        place = located.get(m.group(1))
+        where = f' source_file="{place[0]}" source_line={place[1]}' if place else ""
+        head, _, meta = line.rpartition("metadata={")
+        body, brace, rest = meta.partition("}")
+        body = _LOCATION_RE.sub("", body)
+        lines[i] = f"{head}metadata={{{body}{where}{brace}{rest}"
+    return "\n".join(lines)
 
 
 def capture_hlo(
