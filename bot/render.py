@@ -283,7 +283,13 @@ def truncate(text: str, limit: int, note: str | None = None) -> str:
 
 
 def headline(run: Run) -> str:
-    return message("headline", run.counts, len(run.models), run.error or "", len(run.config_errors))
+    text = message("headline", run.counts, len(run.models), run.error or "", len(run.config_errors))
+    # Verdicts that rest on a stated assumption say so in the headline too: never read as unconditional.
+    assumed = [m for m in run.models if _assumed(m)]
+    if assumed and not run.error:
+        texts = sorted({a["text"] for m in assumed for a in _assumed(m)})
+        text += f" ({len(assumed)} of {len(run.models)} assuming {'; '.join(texts)})"
+    return text
 
 
 def finding_marker(group: Sequence[Finding]) -> str:
