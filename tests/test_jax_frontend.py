@@ -137,7 +137,7 @@ def test_flax_trees_give_their_shardings() -> None:
     assert [(lf.name, lf.spec, lf.state) for lf in leaves] == [
         ("args[0].params.emb.embedding", ("model", None), True),
         ("args[0].params.up.kernel", ("data", "model"), True),
-        ("args[1]", ("data", None), False),
+        ("x", ("data", None), False),
         ("args[2]", ("data",), False),
     ]
     # Rebuilt around new values, the boxes stay (flax's apply reads them as it does in init).

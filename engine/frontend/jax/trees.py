@@ -161,7 +161,8 @@ def flatten(args: Sequence[Any], mesh: Any, rules: Sequence[tuple[str, Any]] | N
     leaves: list[Leaf] = []
     rebuild: list[Callable[[Any], Any]] = []
     for path, node in nodes:
-        name = "args" + _path_text(path)
+        # A JaxInput names itself; anything else by its path in the arguments.
+        name = node.name if isinstance(node, JaxInput) else "args" + _path_text(path)
         if _is_box(node):
             leaf, wrap = _box_leaf(node, name, mesh, rules)
         else:
