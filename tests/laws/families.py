@@ -401,12 +401,77 @@ def collectives(rng: random.Random) -> Program:
     return Program("collectives", f"{form} {t}[{sh}] sharded {d}: {what} over {g2} (groups {groups})", base, dist, rel)
 
 
+# ---- vocab-parallel embedding (rules/slicing.egg, vocabraw.egg, rankpos.egg's affine bounds) ----------
+
+
+def vocab(rng: random.Random) -> Program:
+    """A vocab-parallel embedding: rank r owns rows [r·w, r·w + w) of E; it shifts the ids by
+    r·w (or compares them with r·w and r·w + w), masks the ids outside its block, gathers with
+    the clamped ids and masks the rows; the all-reduce sums the ranks. Drawn: the id type
+    (narrow and unsigned included), the type the shift and compares run in, the ids' declared
+    range (inside [0, V) or not), the block width and the groups."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    w = rng.choice([3, 8, 16, 40, 100])
+    v = c * w
+    h = 4
+    ti = rng.choice(["s32", "s64", "s8", "u8", "s16", "u16", "u32"])
+    ts = ti if rng.random() < 0.7 else rng.choice(["s32", "s64", "s8", "s16"])
+    lo = rng.choice([0, 0, 0, 1, -1 if ti[0] == "s" else 0])
+    hi = rng.choice([v, v, v, v - 1, v + 1, 2 * v])
+    tlo, thi = RANGES[ti]
+    lo, hi = max(lo, tlo), min(hi, thi + 1)
+    if lo >= hi:
+        lo, hi = 0, min(v, thi + 1)
+    raw = rng.random() < 0.4
+    off_w = w if rng.random() < 0.85 else w + rng.choice([-1, 1])
+    ar_groups = groups if rng.random() < 0.85 else _other_groups(rng, groups)
+    n = 6
+
+    def cvt(src: str, frm: str, to: str, name: str, shape: str) -> str:
+        return f"  %{name} = {to}[{shape}] convert({frm}[{shape}] {src})\n" if frm != to else f"  %{name} = {to}[{shape}] copy({frm}[{shape}] {src})\n"
+
+    base = (f"HloModule vocab_base\n\nENTRY %main (ids: {ti}[{n}], e: f32[{v},{h}]) -> f32[{n},{h}] {{\n  %ids = {ti}[{n}] parameter(0)\n  %e = f32[{v},{h}] parameter(1)\n"
+            f"  ROOT %g = f32[{n},{h}] gather(f32[{v},{h}] %e, {ti}[{n}] %ids), offset_dims={{1}}, collapsed_slice_dims={{0}}, start_index_map={{0}}, index_vector_dim=1, slice_sizes={{1,{h}}}\n}}\n")
+    # Same type: the value itself (a copy would be an instruction the baseline does not have).
+    off = "%off" if ts != "s32" else "%off32"
+    sid = "%sid" if ts != ti else "%ids"
+    body = (f"  %w = s32[] constant({off_w})\n  %off32 = s32[] multiply(s32[] %r, s32[] %w)\n"
+            + (cvt("%off32", "s32", ts, "off", "") if ts != "s32" else "")
+            + f"  %offs = {ts}[{n}] broadcast({ts}[] {off}), dimensions={{}}\n" + (cvt("%ids", ti, ts, "sid", str(n)) if ts != ti else "")
+            + f"  %s = {ts}[{n}] subtract({ts}[{n}] {sid}, {ts}[{n}] %offs)\n")
+    if raw:
+        body += (f"  %wl = {ts}[] constant({w})\n  %end = {ts}[] add({ts}[] {off}, {ts}[] %wl)\n  %ends = {ts}[{n}] broadcast({ts}[] %end), dimensions={{}}\n"
+                 f"  %b0 = pred[{n}] compare({ts}[{n}] {sid}, {ts}[{n}] %offs), direction=LT\n"
+                 f"  %bw = pred[{n}] compare({ts}[{n}] {sid}, {ts}[{n}] %ends), direction=GE\n")
+    else:
+        body += (f"  %zero = {ts}[] constant(0)\n  %zeros = {ts}[{n}] broadcast({ts}[] %zero), dimensions={{}}\n  %wl = {ts}[] constant({w})\n"
+                 f"  %wls = {ts}[{n}] broadcast({ts}[] %wl), dimensions={{}}\n"
+                 f"  %b0 = pred[{n}] compare({ts}[{n}] %s, {ts}[{n}] %zeros), direction=LT\n"
+                 f"  %bw = pred[{n}] compare({ts}[{n}] %s, {ts}[{n}] %wls), direction=GE\n")
+    body += (f"  %m = pred[{n}] or(pred[{n}] %b0, pred[{n}] %bw)\n  %z = {ts}[] constant(0)\n  %zs = {ts}[{n}] broadcast({ts}[] %z), dimensions={{}}\n"
+             f"  %idx = {ts}[{n}] select(pred[{n}] %m, {ts}[{n}] %zs, {ts}[{n}] %s)\n"
+             f"  %g = f32[{n},{h}] gather(f32[{w},{h}] %e, {ts}[{n}] %idx), offset_dims={{1}}, collapsed_slice_dims={{0}}, start_index_map={{0}}, index_vector_dim=1, slice_sizes={{1,{h}}}\n"
+             f"  %mb = pred[{n},{h}] broadcast(pred[{n}] %m), dimensions={{0}}\n  %fz = f32[] constant(0)\n  %fzs = f32[{n},{h}] broadcast(f32[] %fz), dimensions={{}}\n"
+             f"  %o = f32[{n},{h}] select(pred[{n},{h}] %mb, f32[{n},{h}] %fzs, f32[{n},{h}] %g)\n"
+             f"  ROOT %out = f32[{n},{h}] all-reduce(f32[{n},{h}] %o), channel_id=1, replica_groups={_groups_text(ar_groups)}, use_global_device_ids=true, to_apply=%add\n")
+    dist = ("HloModule vocab_dist\n\n" + _reducer("add", "add", "f32") + f"\nENTRY %main (r: s32[], ids: {ti}[{n}], e: f32[{w},{h}]) -> f32[{n},{h}] {{\n"
+            f"  %r = s32[] parameter(0)\n  %ids = {ti}[{n}] parameter(1)\n  %e = f32[{w},{h}] parameter(2)\n" + body + "}\n")
+    rel = {"groups": groups, "inputs": [{"distributed": 0, "relation": "rank"},
+                                        {"baseline": 0, "distributed": 1, "relation": "duplicate", "int_range": [lo, hi]},
+                                        {"baseline": 1, "distributed": 2, "relation": "sharded", "dim": 0}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    form = f"V={v} c={c} ids {ti} in [{lo}, {hi}) shift in {ts} by {off_w}·r, {'raw bounds' if raw else 'shifted'}, all-reduce over {ar_groups} (groups {groups})"
+    return Program("vocab", form, base, dist, rel)
+
+
 FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "rankpos": rankpos,
     "argreduce": argreduce,
     "permute": permute,
     "padded": padded,
     "collectives": collectives,
+    "vocab": vocab,
 }
 
 
