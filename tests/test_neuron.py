@@ -200,6 +200,7 @@ def test_the_review_summary_and_sarif_name_the_assumption(capsys: pytest.Capture
     assert main(["report", "--result", str(tmp_path / "result.json"), "--out", str(out)]) == 0
     for name in ("review.md", "summary.md", "check.md"):
         assert "verified (assuming elided constants equal by name)" in (out / name).read_text(), name
+    assert "verified equivalent to the single-device baseline (1 of 1 assuming elided constants equal by name)" in (out / "review.md").read_text()
     sarif = json.loads((out / "report.sarif").read_text())["runs"][0]
     assert sarif["properties"]["models"][0]["assumptions"] == ["elided constants equal by name"]
     notes = [n["message"]["text"] for n in sarif["invocations"][0]["toolExecutionNotifications"] if n["level"] == "note"]
