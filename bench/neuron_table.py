@@ -109,6 +109,7 @@ def main() -> int:
     ap.add_argument("--data", default=os.environ.get("SHARDPROOF_ENTANGLE_DATA"), help="Entangle's examples/data/aws_llama folder")
     ap.add_argument("--witness-memory-mb", type=float, default=6144.0, help="the broken pair executes ~3.6 GiB (all ranks)")
     ap.add_argument("--only", help="comma-separated pair folders, e.g. tp2_layer1,tp2_layer1.broken")
+    ap.add_argument("--out", type=Path, help="write a run document (result.json) of the assumed checks here; render it with `shardproof report --result DIR/result.json --out DIR`")
     args = ap.parse_args()
     if not args.data or not Path(args.data).is_dir():
         print("needs Entangle's dumps: git clone https://github.com/nyu-systems/Entangle, then\n"
@@ -123,6 +124,7 @@ def main() -> int:
     print("| pair | layers | TP | without the assumption | time | with `--assume elided-constants` | time (cpu) |")
     print("|---|---|---|---|---|---|---|")
     worst = 0
+    models: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for folder, tp, n in pairs:
             base, dist = data / f"tp1_layer{n}" / "graph.0.hlo", data / folder / "graph.0.hlo"
@@ -134,6 +136,7 @@ def main() -> int:
             label = v1 + (" (assuming elided constants equal by name)" if assumed["doc"].get("assumptions") else "")
             print(f"| {folder} | {n} | {tp} | {v0} | {plain['seconds']:.1f} s | {label} | {assumed['seconds']:.1f} s ({assumed['cpu']:.1f} s) |", flush=True)
             expect = "diverged" if folder.endswith(".broken") else "verified"
+            models.append({"name": f"entangle_{folder.replace('.', '_')}", "status": v1, "expect": expect, "seconds": round(assumed["seconds"], 2), "build": {"error": None}, "result": assumed["doc"], "artifacts": {}})
             if v0 != "unsupported" or v1 != expect:
                 worst = 1
             if folder.endswith(".broken"):
@@ -142,6 +145,9 @@ def main() -> int:
                     print(f"    finding: {src.get('file')}:{src.get('line')}  {d['instruction']}  {d['cause']}")
                 w = assumed["doc"].get("witness") or {}
                 print(f"    witness: {w.get('status')}: {w.get('reason')}")
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "result.json").write_text(json.dumps({"version": 1, "config": "", "models": models}, indent=2) + "\n")
     print("tp6_layer*: not declarable: each rank holds the KV head of each of its (padded) query heads; the relations file has no input relation for a head pick of a weight")
     return worst
 
