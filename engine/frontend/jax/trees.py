@@ -21,6 +21,7 @@ without a rule is replicated), so the relations say what flax itself would shard
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,17 +52,14 @@ def _is_box(x: Any) -> bool:
     """A node that stands for one array with sharding metadata (flax linen or nnx)."""
     if isinstance(x, JaxInput):
         return True
-    try:
-        from flax.core import meta
-    except ImportError:  # flax is optional: without it no leaf is a flax box
+    # A flax box exists only once the model's code imported flax: never import it here (it
+    # is optional, and costs seconds in every build of a model that does not use it).
+    if "flax" not in sys.modules:
         return False
-    if isinstance(x, meta.AxisMetadata):
-        return True
-    try:
-        from flax import nnx
-    except ImportError:
-        return False
-    return isinstance(x, nnx.Variable)
+    from flax import nnx
+    from flax.core import meta
+
+    return isinstance(x, meta.AxisMetadata | nnx.Variable)
 
 
 def _path_text(path: Sequence[Any]) -> str:
