@@ -92,3 +92,42 @@ def test_a_hung_rank_is_reported_with_its_own_stack(tmp_path: Path) -> None:
     assert "_fork_rank" not in error and "torchdist/build.py" not in error
     log = (tmp_path / "hung_rank1" / "build.log").read_text()
     assert log.index("in wait_for_peers") < log.index("in distributed")
+
+
+# ---- expert_list: experts as an nn.ModuleList per rank --------------------------------------
+
+
+def test_expert_list_stacks_the_experts_and_shards_them_by_rank() -> None:
+    from shardproof.engine.frontend.plan import Plan, PlanError, relation_for
+
+    plan = Plan.parse({"layers.*.moe.experts": "expert_list", "layers.*.attn.q": "colwise"})
+    assert plan.stacked("layers.1.moe.experts.3.fc1.weight") == ("layers.1.moe.experts.*.fc1.weight", 3)
+    assert plan.stacked("layers.1.attn.q.weight") is None
+    assert plan.stacked("layers.1.moe.gate.weight") is None
+    # 8 experts over 4 ranks: rank r holds rows 2r, 2r+1 of the stacked (8, ...) weight
+    rel = relation_for(plan, "layers.1.moe.experts.*.fc1.weight", "linear", (8, 32, 16), (2, 32, 16), 4)
+    assert (rel.relation, rel.dim, rel.source) == ("sharded", 0, "layers.*.moe.experts")
+    assert plan.unused(["layers.0.moe.experts.*.fc1.weight", "layers.0.attn.q.weight"]) == []
+    assert plan.unused(["layers.0.attn.q.weight"]) == ["layers.*.moe.experts"]
+    with pytest.raises(PlanError, match=r"the baseline lists 6 expert\(s\).*6 experts do not divide over 4 ranks"):
+        relation_for(plan, "layers.1.moe.experts.*.fc1.weight", "linear", (6, 32, 16), (1, 32, 16), 4)
+    with pytest.raises(PlanError, match=r"'layers.1.moe.experts.<j>.fc1.weight'.*each rank 4 of shape \[32, 16\]"):
+        relation_for(plan, "layers.1.moe.experts.*.fc1.weight", "linear", (8, 32, 16), (4, 32, 16), 4)
+    with pytest.raises(PlanError, match="blocks apply to a sharded style"):
+        Plan.parse({"experts": {"style": "expert_list", "blocks": [2, 2]}})
+
+
+@needs
+def test_a_modulelist_moe_builds_with_expert_list_and_the_witness_holds_it(tmp_path: Path) -> None:
+    """The stacked relation says which rank holds which expert: the correct MoE is numerically
+    equal to its baseline under it, and running each rank's chunks through its experts in the
+    wrong order is a confirmed divergence."""
+    doc = run_models(EXAMPLE, tmp_path, ["moe_expert_list_ep4", "bug_moe_experts_reversed"])
+    rows = _rows(doc)
+    relations = (tmp_path / "moe_expert_list_ep4" / "relations.yaml").read_text()
+    assert "relation: sharded, dim: 0}  # experts.*.fc1.weight: f32[8,32,16] -> f32[2,32,16] (experts)" in relations
+    assert "experts.*.fc2.bias: f32[8,16] -> f32[2,16] (experts)" in relations
+    assert "experts.0." not in relations
+    good, bug = rows["moe_expert_list_ep4"], rows["bug_moe_experts_reversed"]
+    assert good["status"] == "unproven" and good["result"]["witness"]["status"] == "equal", good.get("result", {}).get("reason")
+    assert bug["status"] == "diverged" and bug["result"]["witness"]["status"] == "confirmed"

@@ -374,7 +374,56 @@ def _flatten(out: Any, where: str) -> list[Any]:
     raise DeclarationError(f"{where} returned {type(out).__name__}; expected a tensor, or a tuple/list/dict of tensors")
 
 
-def _trace(program: Any, inputs: dict[str, Any], where: str, root: Path, exclude: list[str], packages: Sequence[str] = ()) -> Side:
+def _stack_expert_lists(state: dict[str, Any], weights: Mapping[str, Any], plan: Plan | None, where: str, shape: Callable[[str, Any], tuple[int, ...]]) -> dict[str, Any]:
+    """Placeholders of ``state`` (name -> tensor) by the names the relations use; ``shape``
+    gives the shape each one has (a DTensor's is the rank's own, dtensor/host.py).
+
+    The members of an ``expert_list`` (``moe.experts.0.fc1.weight``, ``moe.experts.1.fc1.weight``,
+    ...) share one stacked placeholder (``moe.experts.*.fc1.weight``, experts along dim 0), which
+    ``bind`` turns back into each member's row; the relation of the stacked one says which rank
+    holds which experts. A placeholder lowers to a parameter without allocating; requires_grad
+    lets a training-step program differentiate with respect to it."""
+    params: dict[str, Any] = {}
+    lists: dict[str, dict[int, str]] = {}
+    for name, tensor in state.items():
+        stacked = plan.stacked(name) if plan is not None else None
+        if stacked is not None:
+            lists.setdefault(stacked[0], {})[stacked[1]] = name
+            continue
+        ph = capture.placeholder(shape(name, tensor), tensor.dtype)
+        if tensor.is_floating_point() and name in weights:
+            ph.requires_grad_(True)
+        params[name] = ph
+    for stacked_name, members in lists.items():
+        first = state[members[min(members)]]
+        if sorted(members) != list(range(len(members))):
+            raise DeclarationError(f"{where}: the expert list of {stacked_name!r} holds experts {sorted(members)}; expected 0 ... {len(members) - 1}")
+        for index, name in sorted(members.items()):
+            tensor = state[name]
+            if tuple(tensor.shape) != tuple(first.shape) or tensor.dtype != first.dtype:
+                raise DeclarationError(f"{where}: expert {index}'s {name!r} is {tensor.dtype} {list(tensor.shape)} but expert {min(members)}'s is {first.dtype} {list(first.shape)}; an expert list's experts must be alike")
+        ph = capture.placeholder((len(members), *shape(members[0], first)), first.dtype)
+        if first.is_floating_point() and all(name in weights for name in members.values()):
+            ph.requires_grad_(True)
+        params[stacked_name] = ph
+    return params
+
+
+def _bind(params: dict[str, Any], plan: Plan | None, names: Sequence[str]) -> dict[str, Any]:
+    """The tensor each module parameter or buffer in ``names`` is bound to: its placeholder, or
+    its row of its expert list's stacked one. Buffers (and integer parameters) may be updated in
+    place (running statistics): clones, as for the inputs. A weight that requires grad stays the
+    placeholder itself (or its row), so that autograd differentiates with respect to it (torch
+    refuses in-place ops on it)."""
+    out = {}
+    for name in names:
+        stacked = plan.stacked(name) if plan is not None else None
+        ph = params[stacked[0]].select(0, stacked[1]) if stacked is not None else params[name]
+        out[name] = ph if ph.requires_grad else ph.clone()
+    return out
+
+
+def _trace(program: Any, inputs: dict[str, Any], where: str, root: Path, exclude: list[str], packages: Sequence[str] = (), plan: Plan | None = None) -> Side:
     import torch
     import torch.nn as nn
 
@@ -393,19 +442,10 @@ def _trace(program: Any, inputs: dict[str, Any], where: str, root: Path, exclude
     if isinstance(program, nn.Module):
         weights = dict(program.named_parameters())
         state = {**weights, **dict(program.named_buffers())}
-        for name, tensor in state.items():
-            # A placeholder lowers to a parameter without allocating; requires_grad lets a
-            # training-step program differentiate with respect to it. A DTensor's is of the
-            # shape the rank holds (dtensor/host.py).
-            ph = capture.placeholder(hosting.local_shape(name, tensor), tensor.dtype)
-            if tensor.is_floating_point() and name in weights:
-                ph.requires_grad_(True)
-            params[name] = ph
+        # A DTensor's placeholder is of the shape the rank holds (dtensor/host.py).
+        params = _stack_expert_lists(state, weights, plan, where, hosting.local_shape)
         modules = {name for name, _ in program.named_modules() if name}
-        # Buffers (and integer parameters) may be updated in place too (running statistics):
-        # clones, as for the inputs. A weight that requires grad stays the placeholder itself, so
-        # that autograd differentiates with respect to it (torch refuses in-place ops on it).
-        state_args = {name: ph if ph.requires_grad else ph.clone() for name, ph in params.items()}
+        state_args = _bind(params, plan, list(state))
         with hosting, _module_scopes(program, path), _autograd_sites(path, sites), _unchained_tokens():
             state_args = {name: hosting.wrap(name, t) for name, t in state_args.items()}
             out = hosting.unwrap(torch.func.functional_call(program, state_args, args))
@@ -487,8 +527,10 @@ def _annotate_modules(side: Side) -> None:
 
 
 def hidden_files(root: Path, globs: Sequence[str]) -> list[str]:
-    """Files whose frames never name an instruction: the globs' matches, and this package."""
-    out = [str(p) for p in FRONTEND_DIR.glob("*.py")]
+    """Files whose frames never name an instruction: the globs' matches, and the front end's
+    own files (every room of it: a shim of torchdist or dtensor is on the stack of each op it
+    forwards)."""
+    out = [str(p) for p in FRONTEND_DIR.rglob("*.py")]
     for pattern in globs:
         # Globs are relative to the root; Path.glob walks only the folders a pattern can match
         # (a walk of the whole root would enter the virtual environment).
@@ -524,7 +566,7 @@ def build(request: BuildRequest) -> dict[str, Any]:
 
     t = time.perf_counter()
     base_inputs = {i.name: capture.placeholder(tuple(i.shape), _dtype(i.dtype)) for i in decl.inputs}
-    base = _trace(decl.baseline, base_inputs, "baseline", root, exclude, request.source_packages)
+    base = _trace(decl.baseline, base_inputs, "baseline", root, exclude, request.source_packages, plan)
     timings["baseline"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -532,7 +574,7 @@ def build(request: BuildRequest) -> dict[str, Any]:
     with meta_device():
         program = decl.distributed(rank)
     dist_inputs = {i.name: capture.placeholder(_local_shape(i, c), _dtype(i.dtype)) for i in decl.inputs}
-    dist = _trace(program, dist_inputs, "distributed", root, exclude, request.source_packages)
+    dist = _trace(program, dist_inputs, "distributed", root, exclude, request.source_packages, plan)
     timings["distributed"] = time.perf_counter() - t
     # A knob the model sets but its entry never reads (not even while building the programs)
     # is a typo or a stale setting; knobs from `defaults` may be meant for other entry points.

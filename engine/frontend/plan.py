@@ -14,6 +14,12 @@ expert               dim 0 (stacked expert weights)  dim 0
 {shard: d}           dim d                           dim d
 ==================== ============================== ==================================
 
+``"expert_list"`` names a module list of experts (``nn.ModuleList``, one module per expert, as
+DeepSpeed's ``Experts`` and most MoE code hold them): the baseline lists all E experts, each rank
+its E/c local ones, and rank r's local expert j is the baseline's expert r·E/c + j. Each
+parameter of the experts (``experts.*.fc1.weight``) becomes one stacked placeholder of shape
+(E, ...) in the baseline and (E/c, ...) per rank, sharded along dim 0 (build.py).
+
 ``{"style": ..., "padded": true}`` (or ``{"shard": d, "padded": true}``): the sharded dim does
 not divide over the ranks, so each rank holds a block of w of the baseline extended with zeros
 to c·w (attention heads or FFN features padded to a multiple of the group size, as Neuron does);
@@ -70,10 +76,16 @@ class ParamRelation:
         return "replicated"
 
 
+EXPERT_LIST = "expert_list"
+_STYLES = (*STYLES, EXPERT_LIST)
+
+
 def parse_style(key: str, value: Any) -> Style:
     if isinstance(value, str):
+        if value == EXPERT_LIST:
+            return Style(EXPERT_LIST)
         if value not in STYLES:
-            raise PlanError(key, f"expected one of {', '.join(STYLES)} or {{shard: DIM}}, got {value!r}")
+            raise PlanError(key, f"expected one of {', '.join(_STYLES)} or {{shard: DIM}}, got {value!r}")
         return Style(value)
     if isinstance(value, Mapping):
         extra = set(value) - {"style", "shard", "blocks", "padded"}
@@ -95,7 +107,7 @@ def parse_style(key: str, value: Any) -> Style:
                 raise PlanError(key, f"shard: expected a dimension >= 0, got {dim!r}")
             return Style("shard", dim, tuple(blocks), padded)
         style = parse_style(key, value["style"])
-        if (blocks or padded) and style.kind in ("replicate", "sequence_parallel"):
+        if (blocks or padded) and style.kind in ("replicate", "sequence_parallel", EXPERT_LIST):
             raise PlanError(key, f"{'blocks' if blocks else 'padded'} apply to a sharded style, not {style.kind}")
         return Style(style.kind, style.dim, tuple(blocks), padded)
     raise PlanError(key, f"expected a style name or a mapping, got {value!r}")
@@ -121,12 +133,38 @@ class Plan:
             entries.append((key, parse_style(key, value), _pattern(key)))
         return cls(tuple(entries))
 
+    def stacked(self, param: str) -> tuple[str, int] | None:
+        """For a parameter of an expert list (``moe.experts.3.fc1.weight`` under an
+        ``expert_list`` entry ``moe.experts``): its stacked name (``moe.experts.*.fc1.weight``)
+        and its expert's index in the list (3); else None."""
+        parts = param.split(".")
+        for _, style, rx in self.entries:
+            if style.kind != EXPERT_LIST:
+                continue
+            for i in range(1, len(parts) - 1):
+                if parts[i].isdigit() and rx.fullmatch(".".join(parts[:i])):
+                    return ".".join([*parts[:i], "*", *parts[i + 1 :]]), int(parts[i])
+        return None
+
+    def _expert_list(self, param: str) -> tuple[str, Style] | None:
+        """The expert_list entry whose list a stacked name (``moe.experts.*.fc1.weight``) is of."""
+        head, star, _ = param.partition(".*.")
+        if not star:
+            return None
+        for key, style, rx in self.entries:
+            if style.kind == EXPERT_LIST and rx.fullmatch(head):
+                return key, style
+        return None
+
     def lookup(self, param: str) -> tuple[str, Style, bool] | None:
         """(plan key, style, whether the key names the parameter itself) for ``param``.
 
         An entry naming the parameter wins over one naming its module; among equals the first
-        declared wins, as in Hugging Face plans.
+        declared wins, as in Hugging Face plans. A stacked expert-list name takes its list's entry.
         """
+        listed = self._expert_list(param)
+        if listed is not None:
+            return listed[0], listed[1], False
         module = param.rsplit(".", 1)[0] if "." in param else ""
         for key, style, rx in self.entries:
             if rx.fullmatch(param):
@@ -139,8 +177,12 @@ class Plan:
     def unused(self, params: Sequence[str]) -> list[str]:
         """Plan keys that match no parameter (a typo in a module path, usually)."""
         out = []
-        for key, _, rx in self.entries:
-            if not any(rx.fullmatch(p) or ("." in p and rx.fullmatch(p.rsplit(".", 1)[0])) for p in params):
+        for key, style, rx in self.entries:
+            if style.kind == EXPERT_LIST:
+                used = any(rx.fullmatch(p.partition(".*.")[0]) for p in params if ".*." in p)
+            else:
+                used = any(rx.fullmatch(p) or ("." in p and rx.fullmatch(p.rsplit(".", 1)[0])) for p in params)
+            if not used:
                 out.append(key)
         return out
 
@@ -175,6 +217,18 @@ def relation_for(
         dim = style.dim
     elif style.kind == "expert":
         dim = 0
+    elif style.kind == EXPERT_LIST:
+        if ".*." not in param:
+            raise PlanError(key, f"{param!r} is not inside a list of modules indexed 0, 1, ...; expert_list names an nn.ModuleList of experts")
+        per_rank = full[0] // c if full[0] % c == 0 else None
+        if per_rank is None or local != (per_rank, *full[1:]):
+            raise PlanError(
+                key,
+                f"{param.replace('.*.', '.<j>.')!r}: expert_list over {c} ranks gives rank r the baseline's experts r*E/{c} ... r*E/{c} + E/{c} - 1, "
+                f"but the baseline lists {full[0]} expert(s) of shape {list(full[1:])} and each rank {local[0]} of shape {list(local[1:])}"
+                + ("" if full[0] % c == 0 else f" ({full[0]} experts do not divide over {c} ranks)"),
+            )
+        return ParamRelation("sharded", 0, (), key)
     elif direct or len(full) != 1:
         # A 2-D weight (or a parameter named directly): the table above.
         if style.kind == "colwise":

@@ -50,12 +50,19 @@ def _declare(request: common.BuildRequest, fn: Any, rank: int, world: int) -> An
     return decl, ctx
 
 
-def _trace(program: Any, inputs: dict[str, Any], where: str, request: common.BuildRequest) -> common.Side:
+def _trace(program: Any, inputs: dict[str, Any], where: str, request: common.BuildRequest, plan: common.Plan) -> common.Side:
     with shims.cuda_as_xla():
-        side = common._trace(program, inputs, where, Path(request.root), _hidden(request), packages=request.source_packages)
+        side = common._trace(program, inputs, where, Path(request.root), _hidden(request), packages=request.source_packages, plan=plan)
     # Collectives the backend could only lower as calls (all-to-all) become the ops themselves.
     side.captured.hlo_text = backend.inline_collectives(side.captured.hlo_text, side.captured.sourcemap)
     return side
+
+
+def _plan(decl: Any) -> common.Plan:
+    try:
+        return common.Plan.parse(decl.plan)
+    except common.PlanError as e:
+        raise common.DeclarationError(str(e), "entry") from e
 
 
 def _rank_child(request: common.BuildRequest, fn: Any, rank: int, world: int, folder: Path) -> dict[str, Any]:
@@ -66,18 +73,19 @@ def _rank_child(request: common.BuildRequest, fn: Any, rank: int, world: int, fo
     t = time.perf_counter()
     if rank == 0:
         decl, ctx = _declare(request, fn, 0, 1)
-        plan = common.Plan.parse(decl.plan)
+        plan = _plan(decl)
         inputs = {i.name: capture.placeholder(tuple(i.shape), common._dtype(i.dtype)) for i in decl.inputs}
-        base = _trace(decl.baseline, inputs, "baseline", request)
+        base = _trace(decl.baseline, inputs, "baseline", request, plan)
         timings["baseline"] = time.perf_counter() - t
         t = time.perf_counter()
         backend.start(0, world)
     else:
         decl, ctx = _declare(request, fn, rank, world)
+        plan = _plan(decl)
     with common.meta_device(), shims.cuda_as_xla(meta=True), declaring(world, request.groups):
         program = decl.distributed(rank)
     inputs = {i.name: capture.placeholder(common._local_shape(i, c), common._dtype(i.dtype)) for i in decl.inputs}
-    dist = _trace(program, inputs, "distributed", request)
+    dist = _trace(program, inputs, "distributed", request, plan)
     timings["distributed"] = time.perf_counter() - t
     (folder / f"rank{rank}.hlo").write_text(dist.captured.hlo_text)
     out: dict[str, Any] = {"timings": timings}
