@@ -46,6 +46,7 @@ from .findings import (
     place,
 )
 from .github_api import Api, GitHubError, PermissionDenied, RetryPolicy, Unprocessable
+from .portable import portable_doc
 from .runner import Runner, RunnerError
 from .secrets import Redactor, guard_loggers
 from .shards import make_partial, parse_shard, pick
@@ -245,13 +246,15 @@ class Bot:
                 # decide this commit's status.
                 raise RunnerError(f"the partial results are of commit {str(doc.get('sha'))[:12]}, this run reports on {target.sha[:12]}")
             base = self.s.result.parent if self.s.result else self.s.out
+            # Sources and commands as they read on any machine (the report is shared).
+            doc = portable_doc(doc, self.s.workspace or str(Path.cwd()))
             run = load_run(doc, base)
         except InputError as e:
             # The pull request's .shardproof.yml (or the models input) is wrong: the author's
             # error, located, not a failure of shardproof.
-            reason = self.redact(str(e))
-            self.console.error(f"configuration error: {reason}")
-            return Run([], config=str(self.s.config), config_errors=[self._located(e)])
+            located = self._located(e)
+            self.console.error(f"configuration error: {located}")
+            return Run([], config=str(self.s.config), config_errors=[located])
         except (RunnerError, OSError, ValueError, KeyError, TypeError) as e:
             reason = self.redact(str(e))
             self.console.error(f"the models could not be run: {reason}")

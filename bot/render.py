@@ -401,7 +401,7 @@ def annotation(f: Finding, fail_on: str = "diverged") -> dict[str, Any]:
         "start_line": f.annotate.line,
         "end_line": f.annotate.line,
         "annotation_level": level,
-        "title": message("annotation_title", f.model, f.instruction, f.is_gap, _module(f))[:ANNOTATION_TITLE_LIMIT],
+        "title": message("annotation_title", f.model, f.instruction, f.is_gap, _module(f), f.config)[:ANNOTATION_TITLE_LIMIT],
         "message": message("annotation_message", f)[:ANNOTATION_MESSAGE_LIMIT],
     }
 
@@ -417,7 +417,7 @@ def workflow_command(f: Finding, fail_on: str = "diverged") -> str:
     def prop(s: str) -> str:
         return data(s).replace(":", "%3A").replace(",", "%2C")
 
-    title = message("annotation_title", f.model, f.instruction, f.is_gap, _module(f))
+    title = message("annotation_title", f.model, f.instruction, f.is_gap, _module(f), f.config)
     kind = ("warning" if fail_on == "unproven" else "notice") if f.is_gap else "error"
     return f"::{kind} file={prop(f.annotate.path)},line={f.annotate.line},title={prop(title)}::{data(message('annotation_message', f))}"
 
@@ -438,7 +438,7 @@ def sarif(run: Run, findings: Sequence[Finding], ctx: Ctx, version: str) -> dict
         if loc is None:
             continue  # code scanning needs a location; the summary still lists it
         res: dict[str, Any] = {
-            "ruleId": "shardproof/unproven" if f.is_gap else "shardproof/divergence",
+            "ruleId": "shardproof/configuration" if f.config else "shardproof/unproven" if f.is_gap else "shardproof/divergence",
             # A rule gap on a numerically equal program is not an error of the pull request.
             "level": gap_level(ctx.fail_on) if f.is_gap else "error",
             "message": {"text": message("sarif_message", f)},
@@ -474,6 +474,13 @@ def sarif(run: Run, findings: Sequence[Finding], ctx: Ctx, version: str) -> dict
                     "fullDescription": {"text": message("sarif_gap_full")},
                     "defaultConfiguration": {"level": "note"},
                     "properties": {"tags": ["correctness", "distributed", "rule-gap"]},
+                }, {
+                    "id": "shardproof/configuration",
+                    "name": "ConfigurationError",
+                    "shortDescription": {"text": "A line of .shardproof.yml cannot be used as written."},
+                    "fullDescription": {"text": "The models configuration names a key, an entry point or a value shardproof cannot use; no verdict was reached for the models it declares."},
+                    "defaultConfiguration": {"level": "error"},
+                    "properties": {"tags": ["configuration"]},
                 }],
             }},
             "results": results,
@@ -505,6 +512,7 @@ def trace_html(run: Run, findings: Sequence[Finding], ctx: Ctx, workspace: str |
 
     sources = Sources(workspace)
     pictures = []
+    findings = [f for f in findings if not f.config]  # a configuration error has no programs to draw
     for f in findings[:MAX_PICTURES]:
         model = next(m for m in run.models if m.name == f.model)
         arts = {**model.artifacts}

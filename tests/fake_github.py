@@ -48,6 +48,7 @@ FAULT_KINDS = (
     "reset-before", "reset-after",  # TCP RST instead of a response; the write not / applied
     "reset-mid-body",  # the write applied, the response cut off by an RST halfway through its body
     "422",  # refused as invalid (GitHub refuses a review whole when one comment's anchor is bad)
+    "drop-field",  # answered, but the JSON object lacks the field ``field`` (an unexpected shape)
 )  # fmt: skip
 
 
@@ -62,6 +63,7 @@ class Fault:
     body: str | None = None  # regex over the raw request body: only requests it matches
     skip: int = 0  # let this many matching requests through before the fault starts
     fired: int = 0  # how many requests it hit
+    field: str = ""  # for drop-field: the top-level key removed from the answer
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
@@ -148,6 +150,8 @@ class FakeGitHub:
         self.token = token
         self.per_page_cap = per_page_cap
         self.read_only = False
+        self.validate: Any = None  # (method, path, query, body) -> violations, for every request
+        self.violations: list[str] = []
         self.own_pr = False  # the token's user authored the PR: REQUEST_CHANGES is refused
         # PR number -> the files GitHub checks review anchors against, when a push landed between
         # the bot reading the diff and posting its review.
@@ -211,6 +215,8 @@ class FakeGitHub:
         entry = Logged(request.method, request.path, request.query_string.decode(), {k: v for k, v in request.headers.items()}, body)
         with self._lock:
             self.log.append(entry)
+        if self.validate is not None:  # a recording server: each request against GitHub's description
+            self.violations.extend(self.validate(entry.method, entry.path, entry.query, entry.body))
         try:
             resp = self._dispatch(request, body, entry)
         except Exception as e:  # a bug in the fake: make it loud, not a retried 500
@@ -292,6 +298,11 @@ class FakeGitHub:
             return self._reset(request)
         if fault is not None and fault.kind == "reset-mid-body":
             return self._cut(request, resp)
+        if fault is not None and fault.kind == "drop-field":
+            data = json.loads(resp.get_data())
+            if isinstance(data, dict):
+                data.pop(fault.field, None)
+            return self._json(data, resp.status_code)
         return resp
 
     def _page(self, request: Request, items: list[Any]) -> Response:

@@ -1,0 +1,96 @@
+"""result.json as a person can share it: no path of the machine that ran the check.
+
+The verifier writes the relation trace's ``source`` as it read the source map: absolute paths
+where the producer recorded them (JAX records every frame's absolute file; on a runner, its
+workspace), ``<no source: ...>`` sentences where no line exists, and a witness command naming
+the report folder's absolute path. The report keeps the same facts in a form that reads the same
+from any machine: repository-relative paths, a library file by its path inside the library,
+``–`` with the reason where there is no line, and commands relative to the workspace.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+from .explain import portable_command
+from .findings import repo_path
+
+NO_LINE = "–"
+_AT = re.compile(r"^(?P<path>.+?):(?P<line>\d+)(?P<rest>(?: .*)?)$")
+_LIBRARY = re.compile(r"^.*?/(?:site-packages|dist-packages)/")
+
+
+def portable_file(file: str, repository_root: str, workspace: str | None) -> str | None:
+    """A source file as the report names it; None when it names no file (``<frozen runpy>``)."""
+    if not file or file.startswith("<"):
+        return None
+    p = repo_path(file, repository_root, workspace)
+    if p is not None:
+        return p
+    if file.startswith("/"):
+        # A library's file: its path inside the installed packages reads the same everywhere.
+        lib = _LIBRARY.sub("", file)
+        return lib if lib != file else Path(file).name
+    return file
+
+
+def portable_source(text: str, repository_root: str, workspace: str | None) -> tuple[str, str | None]:
+    """A trace step's ``source`` string: (``path:line`` or ``–``, the reason there is no line)."""
+    if text.startswith("<no source"):
+        why = text.removeprefix("<no source").removeprefix(":").removesuffix(">").strip()
+        return NO_LINE, why or "the producer recorded none"
+    m = _AT.match(text)
+    if m is None:
+        return text, None
+    p = portable_file(m["path"], repository_root, workspace)
+    if p is None:
+        return NO_LINE, f"{m['path']} is no file of the repository"
+    return f"{p}:{m['line']}{m['rest']}", None
+
+
+def _source_dict(src: Any, repository_root: str, workspace: str | None) -> None:
+    if not isinstance(src, dict) or not isinstance(src.get("file"), str) or not src["file"]:
+        return
+    p = portable_file(src["file"], repository_root, workspace)
+    if p is None:
+        src["why"] = f"{src['file']} is no file of the repository"
+        src["file"] = ""
+    else:
+        src["file"] = p
+
+
+def portable_doc(doc: dict[str, Any], workspace: str | None) -> dict[str, Any]:
+    """A copy of the result document with every source and command made portable."""
+    out = copy.deepcopy(doc)
+    root = str(out.get("repository_root") or ".")
+    if root.startswith("/") and workspace and Path(root).resolve() == Path(workspace).resolve():
+        root = "."
+    elif root.startswith("/") and workspace:
+        root = repo_path(root, ".", workspace) or root
+    ws = Path(workspace or ".").resolve()
+    for model in out.get("models") or []:
+        res = model.get("result") if isinstance(model, dict) else None
+        if not isinstance(res, dict):
+            continue
+        for t in res.get("trace") or []:
+            for step in t.get("steps") or [] if isinstance(t, dict) else []:
+                if isinstance(step, dict) and isinstance(step.get("source"), str):
+                    step["source"], why = portable_source(step["source"], root, workspace)
+                    if why:
+                        step["no_source"] = why
+        for d in res.get("divergences") or []:
+            if not isinstance(d, dict):
+                continue
+            _source_dict(d.get("source"), root, workspace)
+            for o in d.get("operands") or []:
+                if isinstance(o, dict):
+                    _source_dict(o.get("source"), root, workspace)
+                    if isinstance(o.get("origin"), dict):
+                        _source_dict(o["origin"].get("source"), root, workspace)
+        w = res.get("witness")
+        if isinstance(w, dict) and isinstance(w.get("command"), str):
+            w["command"] = portable_command(w["command"], ws)
+    return out
