@@ -398,6 +398,18 @@ def report(
     )
     ratio("time(train 32 layers)/time(train 8 layers), 8B width TP8", "train_8b_32l_tp8", "train_8b_8l_tp8", 2.0)
     ratio("time(train 32 layers)/time(train 8 layers), fused QKV", "train_8b_32l_tp8_fused", "train_8b_8l_tp8_fused", 2.0)
+    # A bug run costs at most 1.5x its verified twin: the folded run's divergence is witnessed
+    # (no unfolded run), and the witness refuses a pair above its budget before shipping it.
+    ratio("time(405B TP8 bug in layer 117)/time(405B TP8 verified)", "llama3.1_405b_tp8_bug117", "llama3.1_405b_tp8", 1.5)
+    for name in ("train_405b_tp8", "train_405b_tp32"):
+        # A verified pair does no localization work (the relation trace is timed apart).
+        m = measured.get(name)
+        runs = [r for r in (m.runs if m else []) if "timings" in r]
+        if m is not None and runs and m.verdict == "verified":
+            loc = statistics.median(r["timings"].get("localize", 0.0) for r in runs)
+            tr = statistics.median(r["timings"].get("trace", 0.0) for r in runs)
+            print(f"  (info) {name}: localization {loc:.2f}s, relation trace of the outputs {tr:.2f}s (verified)")
+            checks.append((f"{name}: no localization work when verified", loc < 0.05, f"{loc:.3f}s"))
     for label, ok, detail in checks:
         print(f"  {'ok  ' if ok else 'FAIL'}  {label}" + (f"  [{detail}]" if detail else ""))
     return checks, rows
@@ -407,7 +419,7 @@ def breakdown(measured: dict[str, Measured]) -> None:
     """Where the time goes: the median of each of the verifier's timings, per pair."""
     print()
     print("verifier timings (median seconds):")
-    keys = ["relations", "read", "fold", "parse", "normalize", "partition", "build", "saturate", "localize", "folded_run"]
+    keys = ["relations", "read", "fold", "parse", "normalize", "partition", "build", "saturate", "trace", "localize", "folded_run", "witness"]
     print(f"  {'pair':<30} " + " ".join(f"{k[:9]:>9}" for k in keys) + f" {'overhead':>9}")
     for m in measured.values():
         if not any("timings" in r for r in m.runs):

@@ -4,6 +4,13 @@ Folding (hlo.fold) is a shortcut to the answer "verified": every fact it yields 
 what it cannot prove it cannot explain as well as the whole pair can. So a folded run that is
 not verified — diverged, unsupported, inconclusive, or a pair that does not cut where the text
 did — is run again unfolded, and that run's answer, localization and trace are the result.
+
+One exception saves a bug run the unfolded run (most of its time at production size): a folded
+run that is ``diverged`` is first shown to the witness. Its facts are proven (folding loses
+completeness, never soundness), so a witness that finds the outputs different, or the diverging
+instruction different when run alone on inputs satisfying those facts, is evidence of a bug
+whatever an unfolded run could add; that result stands. Anything less (equal, not executed, no
+instruction differing alone) and the pair is run unfolded as before.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from ..relations import ASSUMPTION_TEXT, RelationSpec
 from ..sourcemap import SourceMap
 from .folded import FoldMismatch
 from .partition import DEFAULT_LAYER_PATTERN
-from .verify import UNSUPPORTED, VERIFIED, Budget, Result, verify
+from .verify import DIVERGED, UNSUPPORTED, VERIFIED, Budget, Result, verify
 
 # A partitioned run that is not verified is run again as one e-graph when the pair has at most
 # this many entry instructions (both sides): the cut may have hidden an equality. Tens of layers
@@ -82,7 +89,24 @@ def check_files(spec: RelationSpec, baseline: str | Path, distributed: str | Pat
     ``witness_options`` may be a function returning them, called only when the witness runs
     (engine.witness imports numpy, ~50 ms of a check that most often verifies without it)."""
     assumed: dict[str, Any] = {}
-    result = _check_files(spec, baseline, distributed, sourcemap, budget, assumed)
+    paths = {"baseline": os.fspath(baseline), "distributed": os.fspath(distributed)}
+    evidence = None
+    if witness != "never":
+
+        def evidence(folded: Result, folded_texts: dict[str, str]) -> Result | None:
+            """The folded run's divergence with the witness's evidence, or None (run unfolded)."""
+            if folded.verdict != DIVERGED or not folded.divergences:
+                return None
+            folded.assumptions = _assumptions(spec, assumed)
+            t = time.perf_counter()
+            witnessed = _witness(spec, folded, paths, witness, witness_options, folded_texts)
+            folded.timings["witness"] = time.perf_counter() - t
+            status = (witnessed.witness or {}).get("status")
+            return witnessed if witnessed.verdict == DIVERGED and status in ("confirmed", "unconfirmed") else None
+
+    result = _check_files(spec, baseline, distributed, sourcemap, budget, assumed, evidence)
+    if result.witness is not None:  # the folded run's divergence, witnessed already
+        return result
     result.assumptions = _assumptions(spec, assumed)
     if result.verdict == UNSUPPORTED and assumed.get("left"):
         result.reason += " Not assumed equal (elided-constants equates namesakes of one shape and type only): " + "; ".join(assumed["left"]) + "."
@@ -91,19 +115,26 @@ def check_files(spec: RelationSpec, baseline: str | Path, distributed: str | Pat
                           "state that assumption: `--assume elided-constants` (relations `assume: [elided-constants]`); the verdict then names it.")
     if witness == "never" or (witness == "auto" and result.verdict == VERIFIED):
         return result
+    t = time.perf_counter()
+    result = _witness(spec, result, paths, witness, witness_options)
+    result.timings["witness"] = time.perf_counter() - t
+    return result
+
+
+def _witness(spec: RelationSpec, result: Result, paths: dict[str, str], witness: str, witness_options: Any, segment_texts: dict[str, str] | None = None) -> Result:
+    """witnessing.apply on the pair's executable texts; ``segment_texts`` (the folded texts of a
+    folded run) are where a diverging instruction is cut out from, when it is there."""
     from . import witnessing
 
-    t = time.perf_counter()
-    paths = {"baseline": os.fspath(baseline), "distributed": os.fspath(distributed)}
     with phase("witness", f"{paths['baseline']} / {paths['distributed']}"):
         names = [c["name"].lstrip("%") for a in result.assumptions for c in a["constants"]]
         texts = {side: executable_text(read_hlo(p), names) for side, p in paths.items()}
         options = witness_options() if callable(witness_options) else witness_options
-        result = witnessing.apply(result, spec, paths, texts, witness, options)
+        segments = {side: executable_text(text, names) for side, text in segment_texts.items()} if segment_texts else None
+        result = witnessing.apply(result, spec, paths, texts, witness, options, segments)
         if result.assumptions and result.witness and result.witness.get("command"):
             # (said even when the relations file states it too: the command works either way)
             result.witness["command"] += " --assume elided-constants"
-    result.timings["witness"] = time.perf_counter() - t
     return result
 
 
@@ -118,8 +149,10 @@ def executable_text(text: str, assumed_equal: list[str]) -> str:
     return neuron_executable(text)
 
 
-def _check_files(spec: RelationSpec, baseline: str | Path, distributed: str | Path, sourcemap: SourceMap | None = None, budget: Budget | None = None, assumed: dict[str, Any] | None = None) -> Result:
-    """Verify the pair in the two files; timings include reading and parsing them."""
+def _check_files(spec: RelationSpec, baseline: str | Path, distributed: str | Path, sourcemap: SourceMap | None = None, budget: Budget | None = None, assumed: dict[str, Any] | None = None, evidence: Any = None) -> Result:
+    """Verify the pair in the two files; timings include reading and parsing them. ``evidence``
+    (folded result, folded texts) -> a witnessed result or None: a folded run's divergence that
+    it returns a result for is the answer (no unfolded run)."""
     budget = budget or Budget()
     assumed = {} if assumed is None else assumed
     sm = sourcemap or SourceMap()
@@ -152,6 +185,11 @@ def _check_files(spec: RelationSpec, baseline: str | Path, distributed: str | Pa
                     result.timings = {**timings, **result.timings}
                     result.stats["fold"] = note
                     return result
+                witnessed = evidence(result, {"baseline": f.baseline_text, "distributed": f.distributed_text}) if evidence is not None else None
+                if witnessed is not None:
+                    witnessed.timings = {**timings, **witnessed.timings}
+                    witnessed.stats["fold"] = {**note, "witnessed_folded": True}
+                    return witnessed
                 note["unfolded_because"] = f"folded run {result.verdict}: {result.reason}"
             except FoldMismatch as e:
                 note["unfolded_because"] = f"the parsed pair does not cut where the text fold did ({e})"

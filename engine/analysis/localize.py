@@ -348,7 +348,11 @@ def trace(g: Graphs, facts: Facts, out: Node, sm: SourceMap, cache: dict[int, li
     ``cache`` (gid -> its steps) is shared across the outputs of one pair: a training step's
     outputs (one per parameter) share almost all their ancestors. Ancestors in ``listed`` (the
     traces of earlier outputs) are left out, and the ones listed here are added to it."""
-    order = sorted(ancestors(g, [out.gid]) - (listed or set()))
+    # Everything a listed instruction reads was listed with it (a trace lists all ancestors of
+    # its output), so the walk stops there: the outputs' walks then cost one graph in total,
+    # not one graph each (884 outputs of a 405B training step: 35 s -> well under 1 s).
+    done = listed if listed is not None else set()
+    order = sorted(ancestors(g, [out.gid], through=(lambda n: n not in done) if done else None) - done)
     if listed is not None:
         listed.update(order)
     steps = []

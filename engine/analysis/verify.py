@@ -148,7 +148,8 @@ def verify(spec: RelationSpec, baseline: Module, distributed: Module, sourcemap:
     timings["saturate"] = time.perf_counter() - t
     t = time.perf_counter()
     with phase("localize", distributed.path):
-        res = _decide(spec, g, facts, bouts, douts, sm, stats.saturated)
+        clock: dict[str, float] = {}
+        res = _decide(spec, g, facts, bouts, douts, sm, stats.saturated, clock)
         res.bijections = public_bijections(facts.bijections)
     res.context = (g, facts)
     if res.verdict != VERIFIED:
@@ -156,7 +157,10 @@ def verify(spec: RelationSpec, baseline: Module, distributed: Module, sourcemap:
     if res.verdict == INCONCLUSIVE and not stats.saturated:
         res.reason += _exhausted_text(budget, seg_stats.get("segment_report"), stats)
     res.stats = {**seg_stats, "iterations": stats.iterations, "saturated": stats.saturated, "exhausted": stats.exhausted, "nodes": stats.nodes, "baseline_instructions": len(base.entry.instructions), "distributed_instructions": len(dist.entry.instructions)}
-    timings["localize"] = time.perf_counter() - t
+    # The relation trace of the outputs (every pair, verified too) apart from localization
+    # proper (the frontier and its causes: only a pair that is not verified).
+    timings["localize"] = clock.get("localize", 0.0)
+    timings["trace"] = time.perf_counter() - t - timings["localize"]
     res.timings = timings
     return res
 
@@ -556,7 +560,7 @@ def _saturate(session: Session, g: Graphs, solver: LayoutSolver, budget: Budget)
 SHARED_TRACE_OUTPUTS = 16  # more outputs than this: shared trace steps are listed once
 
 
-def _decide(spec: RelationSpec, g: Graphs, facts: Facts, bouts: list[Instruction], douts: list[Instruction], sm: SourceMap, saturated: bool) -> Result:
+def _decide(spec: RelationSpec, g: Graphs, facts: Facts, bouts: list[Instruction], douts: list[Instruction], sm: SourceMap, saturated: bool, clock: dict[str, float] | None = None) -> Result:
     outputs = []
     all_ok = True
     steps: dict[int, list[dict[str, Any]]] = {}  # trace steps per node, shared by the outputs
@@ -590,7 +594,10 @@ def _decide(spec: RelationSpec, g: Graphs, facts: Facts, bouts: list[Instruction
         res.verdict = INCONCLUSIVE
         res.reason = "the rewrite budget ran out before saturation; no proof either way"
         return res
+    t = time.perf_counter()
     res.divergences = localize(spec, g, facts, outputs, douts, sm)
+    if clock is not None:
+        clock["localize"] = time.perf_counter() - t
     res.reason = f"{sum(1 for o in outputs if not o['ok'])} output(s) lack their expected relation"
     if res.divergences and all(d["opcode"] in PARTIAL_RULES for d in res.divergences):
         # Our rules for these opcodes are incomplete: failing to relate them proves no bug.

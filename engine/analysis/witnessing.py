@@ -138,13 +138,15 @@ def _where(d: dict[str, Any]) -> str:
     return f"{src['file']}:{src['line']}" if src.get("file") else f"HLO line {d.get('hlo_line')}"
 
 
-def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict[str, str], mode: str = "auto", options: Any = None) -> Result:
-    """Run the witness as ``mode`` asks and set ``result.witness`` (and the verdict it implies)."""
+def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict[str, str], mode: str = "auto", options: Any = None, segment_texts: dict[str, str] | None = None) -> Result:
+    """Run the witness as ``mode`` asks and set ``result.witness`` (and the verdict it implies).
+    ``segment_texts`` (a folded run's texts: the same instructions outside the folded layers,
+    a fraction of the size) are tried first when a diverging instruction is cut out alone."""
     if mode == "never" or result.verdict == ERROR:
         return result
     if result.verdict == VERIFIED and mode != "always":
         return result
-    from ..witness.pair import MemoryBudgetError, Probe, WitnessOptions
+    from ..witness.pair import MemoryBudgetError, Probe, WitnessOptions, estimate_bytes
     from ..witness.service import WitnessCrashed, call
 
     options = options or WitnessOptions()
@@ -171,6 +173,11 @@ def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict
     w: dict[str, Any] = {"status": "skipped", "reason": "", "seeds": [], "trials": 0, "seconds": 0.0, "command": command(paths, spec.path, options.seeds[0]), "outputs": []}
     result.witness = w
     try:
+        # The memory guard first, here: a pair above the budget (production size, megabytes of
+        # text) is then never shipped to the worker only to be refused there.
+        need = estimate_bytes(texts["baseline"], texts["distributed"], sum(len(g) for g in spec.groups))
+        if need > options.memory_mb * 2**20:
+            raise MemoryBudgetError(need, options.memory_mb)
         # In a worker process: XLA aborts the process on some texts it cannot compile.
         try:
             report = call("pair.witness", texts["baseline"], texts["distributed"], doc, options, probes)
@@ -185,7 +192,7 @@ def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict
         w["status"] = "skipped"
         w["reason"] = f"not executed: {e}"
         if result.verdict == DIVERGED:
-            _unexecuted(result, spec, texts, options, w, f"the whole pair was not executed: {e}")
+            _unexecuted(result, spec, texts, options, w, f"the whole pair was not executed: {e}", segment_texts)
         w["seconds"] = round(time.perf_counter() - t0, 3)
         return result
     except Exception as e:  # XLA:CPU cannot execute the pair (custom-calls of another backend, ...)
@@ -194,7 +201,7 @@ def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict
         if result.verdict == DIVERGED:
             # The diverging instruction alone may still compile (the rest of the text holds
             # what XLA:CPU refuses).
-            _unexecuted(result, spec, texts, options, w, w["reason"])
+            _unexecuted(result, spec, texts, options, w, w["reason"], segment_texts)
         w["seconds"] = round(time.perf_counter() - t0, 3)
         return result
     w["seeds"] = report.seeds
@@ -329,12 +336,12 @@ def _label(result: Result, probes: list[Any], confirmed: bool) -> None:
     result.divergences.sort(key=lambda d: order[d["numeric"]["holds"] if d["numeric"] else None])
 
 
-def _unexecuted(result: Result, spec: RelationSpec, texts: dict[str, str], options: Any, w: dict[str, Any], why: str) -> None:
+def _unexecuted(result: Result, spec: RelationSpec, texts: dict[str, str], options: Any, w: dict[str, Any], why: str, segment_texts: dict[str, str] | None = None) -> None:
     """The verdict of a ``diverged`` pair whose outputs were not compared (``why``): it stays
     ``diverged`` (witness ``unconfirmed``) only when a diverging instruction run alone differs
     from its baseline counterpart; otherwise there is no evidence at all and it is ``unproven``
     (contract: ``diverged`` only with evidence), never a false alarm."""
-    if _confirm_segments(result, spec, texts, options, w, why):
+    if _confirm_segments(result, spec, texts, options, w, why, segment_texts):
         result.reason += f" (witness unconfirmed: {w['reason']})"
         return
     held = [d["instruction"] for d in result.divergences if d.get("numeric") and d["numeric"]["holds"]]
@@ -399,7 +406,20 @@ def _segment_relations(result: Result, spec: RelationSpec, d: dict[str, Any], b_
     return entries
 
 
-def _confirm_segments(result: Result, spec: RelationSpec, texts: dict[str, str], options: Any, w: dict[str, Any], why: str) -> bool:
+def _cut(texts: list[dict[str, str]], side: str, name: str) -> tuple[str, list[str]]:
+    """Instruction ``name`` cut out of the first of ``texts`` that has it."""
+    from ..witness.service import call
+
+    for k, t in enumerate(texts):
+        try:
+            return call("segment.cut_instruction", t[side], name)  # type: ignore[no-any-return]
+        except Exception:
+            if k == len(texts) - 1:
+                raise
+    raise KeyError(name)
+
+
+def _confirm_segments(result: Result, spec: RelationSpec, texts: dict[str, str], options: Any, w: dict[str, Any], why: str, segment_texts: dict[str, str] | None = None) -> bool:
     """Execute each diverging instruction alone, its operands seeded with their proven relations;
     the first that differs from its baseline counterpart is the (unconfirmed) evidence: True."""
     from ..witness.pair import MemoryBudgetError
@@ -414,8 +434,9 @@ def _confirm_segments(result: Result, spec: RelationSpec, texts: dict[str, str],
         if cname is None:
             continue
         try:
-            d_text, d_ops = call("segment.cut_instruction", texts["distributed"], name)
-            b_text, b_ops = call("segment.cut_instruction", texts["baseline"], cname)
+            sources = [segment_texts, texts] if segment_texts else [texts]
+            d_text, d_ops = _cut(sources, "distributed", name)
+            b_text, b_ops = _cut(sources, "baseline", cname)
         except Exception:  # not an instruction of the text (renamed by the normalizer)
             continue
         inputs = _segment_relations(result, spec, d, b_ops, d_ops)
