@@ -389,7 +389,12 @@ def unit_dim_broadcasts(comp: Computation) -> Computation:
     not depend on its index, which a new broadcast dim fills the same way: exact for every
     dtype. Graphs that spell a per-rank extent of 1 with a reshape (one head per rank, RoPE's
     [s, 1, 1, d] frequencies viewed as [s, 1, d] on the rank and [s, d] in the baseline) then
-    meet the baseline's broadcast."""
+    meet the baseline's broadcast.
+
+    A broadcast of any other operand that has size-1 dims, each mapped onto a result dim of
+    size 1, broadcasts a squeezing reshape of it (``<operand>.squeeze``), by the same law:
+    torch-xla folds ``cos.unsqueeze(1)`` times q of one head per rank into a broadcast that
+    maps cos's unit batch dim onto the unit heads dim, where the baseline broadcasts [s, d]."""
     comp = _clone(comp)
     by = {i.name: i for i in comp.instructions}
     squeezes: dict[str, Instruction] = {}  # reshape name -> its squeezed copy, placed after it
@@ -398,6 +403,7 @@ def unit_dim_broadcasts(comp: Computation) -> Computation:
             continue
         src = by[ins.operands[0]]
         if src.opcode != "reshape" or not src.operands:
+            _squeeze_unit_operand(ins, src, squeezes)
             continue
         inner = by[src.operands[0]].shape.dims
         kept = [i for i, d in enumerate(src.shape.dims) if d != 1]
@@ -415,6 +421,25 @@ def unit_dim_broadcasts(comp: Computation) -> Computation:
     if squeezes:
         return Computation(comp.name, [x for ins in comp.instructions for x in ([ins, squeezes[ins.name]] if ins.name in squeezes else [ins])], comp.is_entry, comp.loc)
     return comp
+
+
+def _squeeze_unit_operand(ins: Instruction, src: Instruction, squeezes: dict[str, Instruction]) -> None:
+    """``ins`` = broadcast(src) with src's size-1 dims mapped onto size-1 result dims: the
+    broadcast of src reshaped to its other dims (see unit_dim_broadcasts)."""
+    dims = list(ins.parsed.get("dimensions", []))
+    shape = src.shape
+    if shape.is_tuple or len(dims) != shape.rank:
+        return
+    kept = [i for i, d in enumerate(shape.dims) if d != 1]
+    if len(kept) == shape.rank or any(ins.shape.dims[dims[i]] != 1 for i in range(shape.rank) if i not in kept):
+        return
+    if src.name not in squeezes:
+        squeezes[src.name] = Instruction(
+            name=f"{src.name}.squeeze", opcode="reshape", shape=Shape(shape.dtype, tuple(shape.dims[i] for i in kept)),
+            operands=[src.name], metadata=src.metadata, loc=src.loc, origin=src.origin or src.name,
+        )
+    ins.parsed = dict(ins.parsed, dimensions=[dims[i] for i in kept])
+    ins.operands = [squeezes[src.name].name]
 
 
 def unmerge_batch_dots(comp: Computation) -> Computation:

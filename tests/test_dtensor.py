@@ -1,0 +1,139 @@
+"""DTensor code in the torch.distributed front end (engine/frontend/dtensor).
+
+The placement -> relation logic is tested without torch. End to end, one run builds a few
+models of examples/dtensor (one worker: one import of torch-xla) - a "cuda" mesh, sequence
+parallelism (DTensor's reduce-scatter along the sequence dim), a bug patched into
+RowwiseParallel - and the three bad inputs of a DTensor model: a placement that does not divide
+a dim, a mesh larger than the world, a plan entry naming no module.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from config_runs import run_template
+
+from shardproof.engine.frontend.dtensor.placements import (
+    Placed,
+    PlacementError,
+    output_relation,
+    param_relation,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+WORLD = [[0, 1, 2, 3]]
+TP2 = [[0, 1], [2, 3]]
+
+
+def _placed(*placements: tuple[str, int | None], groups: tuple[tuple[int, ...], ...] = ((0, 1, 2, 3),), names: tuple[str, ...] = ("tp",)) -> Placed:
+    return Placed(tuple(placements), groups, names, "(...)")
+
+
+# ---- placements -> relations, no torch ------------------------------------------------------
+
+
+def test_shard_replicate_and_2d_meshes_give_relations() -> None:
+    rel = param_relation("up.weight", _placed(("shard", 0)), (64, 32), (16, 32), WORLD)
+    assert (rel.relation, rel.dim) == ("sharded", 0) and rel.source.startswith("placement")
+    assert param_relation("down.bias", _placed(("replicate", None)), (32,), (32,), WORLD).relation == "duplicate"
+    # (dp, tp): replicated over dp, sharded over the tp dim whose group is the model's.
+    two_d = _placed(("replicate", None), ("shard", 1), groups=((0, 2), (0, 1)), names=("dp", "tp"))
+    assert param_relation("w", two_d, (32, 64), (32, 32), TP2).dim == 1
+    assert output_relation(0, _placed(("partial", None)), (2, 8), (2, 8), WORLD) == {"relation": "partial"}
+    assert output_relation(0, _placed(("shard", 1)), (2, 8, 32), (2, 2, 32), WORLD) == {"relation": "sharded", "dim": 1}
+
+
+@pytest.mark.parametrize(
+    ("placed", "full", "local", "groups", "message"),
+    [
+        (_placed(("shard", 0)), (66, 32), (17, 32), WORLD, "does not divide over the 4 ranks"),
+        (_placed(("shard", 0)), (64, 32), (64, 32), WORLD, "should hold [16, 32]"),
+        (_placed(("replicate", None)), (64,), (16,), WORLD, "(replicated) but is [64]"),
+        (_placed(("partial", None)), (64,), (64,), WORLD, "partial sum over ranks has no relation"),
+        # sharded over the dp dim of a (dp, tp) mesh while the model's groups are the tp groups
+        (_placed(("shard", 0), ("replicate", None), groups=((0, 2), (0, 1)), names=("dp", "tp")), (64, 8), (32, 8), TP2, "mesh dim 'dp' groups ranks [0, 2]"),
+        (_placed(("shard", 0), ("shard", 1), groups=((0, 2), (0, 1)), names=("dp", "tp")), (64, 8), (32, 4), TP2, "over mesh dims dp, tp at once"),
+    ],
+)
+def test_placements_no_relation_describes_are_errors(placed: Placed, full: tuple[int, ...], local: tuple[int, ...], groups: list[list[int]], message: str) -> None:
+    with pytest.raises(PlacementError, match=re.escape(message)):
+        param_relation("w", placed, full, local, groups)
+
+
+# ---- end to end -----------------------------------------------------------------------------
+
+_CONFIG = """\
+version: 1
+root: {root}
+python_path: [{dtensor}]
+defaults: {{tp: 4, rank: int, timeout: 300, memory_mb: 4096}}
+models:
+  - name: mlp_cuda_tp4
+    entry: models:mlp
+    size: {{device: cuda}}
+  - name: block_sp_tp4
+    entry: models:block
+    size: {{sequence_parallel: true}}
+  - name: bug_dropped_reduction
+    entry: models:block
+    variant: dropped_reduction
+    expect: diverged
+  - name: uneven
+    entry: models:uneven
+    size: {{hidden: 66}}
+  - name: big_mesh
+    entry: models:big_mesh
+  - name: bad_plan_key
+    entry: models:bad_plan_key
+"""
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    folder = tmp_path_factory.mktemp("dtensor")
+    return run_template(folder, ".shardproof.yml", _CONFIG, dtensor=ROOT / "examples" / "dtensor")
+
+
+def _entry(report: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(m for m in report["models"] if m["name"] == name)
+
+
+def test_cuda_mesh_and_sequence_parallel_verify_with_relations_from_placements(report: tuple[dict[str, Any], Path]) -> None:
+    summary, out = report
+    for name in ("mlp_cuda_tp4", "block_sp_tp4"):
+        model = _entry(summary, name)
+        assert model["status"] == "verified", (model["build"]["error"], model.get("result", {}).get("reason"))
+    relations = (out / "mlp_cuda_tp4" / "relations.yaml").read_text()
+    # Local-shape placeholders, each relation beside the placement it came from.
+    assert "relation: sharded, dim: 0}  # up.weight: f32[64,32] -> f32[16,32] (placement (Shard(dim=0)) on mesh (tp=4))" in relations
+    assert "relation: duplicate}  # down.bias: f32[32] (placement (Replicate()) on mesh (tp=4))" in relations
+    # DTensor's reduce-scatter along the sequence dim (blocks concatenated on dim 0) is proven.
+    hlo = (out / "block_sp_tp4" / "distributed.hlo").read_text()
+    assert re.search(r"reduce-scatter\(f32\[8,2,32\]", hlo)
+
+
+def test_dropped_reduction_is_diverged_at_the_patched_hook(report: tuple[dict[str, Any], Path]) -> None:
+    model = _entry(report[0], "bug_dropped_reduction")
+    result = model["result"]
+    assert model["status"] == "diverged" and result["witness"]["status"] == "confirmed", result["reason"]
+    source = result["divergences"][0]["source"]
+    assert (source["file"], source["line"]) == ("examples/dtensor/models.py", 110), source
+
+
+@pytest.mark.parametrize(
+    ("name", "where", "message"),
+    [
+        ("uneven", "models[3].entry", "dim 0 of the baseline's [66, 32] (66) does not divide over the 4 ranks of mesh dim 'tp'"),
+        ("big_mesh", "models[4].tp", "device mesh of shape (8,) (8 ranks), but its world has 4 rank(s)"),
+        ("bad_plan_key", "models[5].entry", "Parallelize plan key 'down_proj' could not be resolved"),
+    ],
+)
+def test_bad_input_names_the_config_line(report: tuple[dict[str, Any], Path], name: str, where: str, message: str) -> None:
+    model = _entry(report[0], name)
+    assert model["status"] == "bad-input", model["build"]["error"]
+    error = model["build"]["error"]
+    assert re.match(r"\.shardproof\.yml:\d+: " + re.escape(where) + ": ", error), error
+    assert message in error, error
