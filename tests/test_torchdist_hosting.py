@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +54,20 @@ def _rows(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 @needs
 def test_fairscale_on_meta_and_megatron_default_init_verify(tmp_path: Path) -> None:
-    doc = run_models(EXAMPLE, tmp_path, ["fairscale_llama_tp4", "megatron_default_init_tp4"])
+    doc = run_models(EXAMPLE, tmp_path, ["fairscale_llama_tp4", "megatron_default_init_tp4", "bug_fairscale_missing_reduce"])
     rows = _rows(doc)
+    # The divergence is at fairscale's line, from the source map and from the HLO metadata alone
+    # (before, every op traced under the shims carried the shims' own line in its metadata).
+    bug = tmp_path / "bug_fairscale_missing_reduce"
+    assert rows["bug_fairscale_missing_reduce"]["status"] == "diverged"
+    site = "<site-packages>/fairscale/nn/model_parallel/layers.py:384"
+    assert rows["bug_fairscale_missing_reduce"]["result"]["divergences"][0]["source"]["line"] == 384
+    for extra in ([], ["--sourcemap", str(bug / "sourcemap.json")]):
+        out = subprocess.run(
+            [sys.executable, "-m", "shardproof.engine.cli", "check", str(bug / "baseline.hlo"), str(bug / "distributed.hlo"), "--relations", str(bug / "relations.yaml"), "--witness", "never", *extra],
+            capture_output=True, text=True, check=False,
+        )
+        assert out.returncode == 1 and out.stdout.splitlines()[1].startswith(f"{site}  %add"), out.stdout
     for name in ("fairscale_llama_tp4", "megatron_default_init_tp4"):
         assert rows[name]["status"] == "verified", (name, rows[name]["build"]["error"], rows[name].get("result", {}).get("reason"))
     # Megatron's gloo copies of its groups no longer wait for peers until the time cap (120 s)

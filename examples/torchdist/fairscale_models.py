@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import fairscale_bugs as bugs
 import torch
 import torch.nn.functional as F
 from fairscale.nn.model_parallel import initialize as fs_init
@@ -198,6 +199,7 @@ def mlp(ctx: BuildContext) -> Model:
     baseline = Mlp(n["dim"], n["ffn"])
 
     def distributed(rank: int) -> Mlp:
+        bugs.apply(ctx.variant)
         model_parallel(ctx.tp)
         return Mlp(n["dim"], n["ffn"])
 
