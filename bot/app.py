@@ -247,7 +247,7 @@ class Bot:
                 raise RunnerError(f"the partial results are of commit {str(doc.get('sha'))[:12]}, this run reports on {target.sha[:12]}")
             base = self.s.result.parent if self.s.result else self.s.out
             # Sources and commands as they read on any machine (the report is shared).
-            doc = portable_doc(doc, self.s.workspace or str(Path.cwd()))
+            doc = portable_doc(doc, self.s.workspace or str(Path.cwd()), base)
             run = load_run(doc, base)
         except InputError as e:
             # The pull request's .shardproof.yml (or the models input) is wrong: the author's

@@ -62,16 +62,36 @@ def _source_dict(src: Any, repository_root: str, workspace: str | None) -> None:
         src["file"] = p
 
 
-def portable_doc(doc: dict[str, Any], workspace: str | None) -> dict[str, Any]:
-    """A copy of the result document with every source and command made portable."""
+def _artifact(path: str, ws: Path, base: Path | None) -> str:
+    """An artifact's absolute path relative to the workspace, else to result.json's folder
+    (where the bot resolves artifacts first); any other path is left as it is."""
+    if not path.startswith("/"):
+        return path
+    p = Path(path)
+    for root in (ws, base):
+        if root is not None and p.is_relative_to(root):
+            return p.relative_to(root).as_posix()
+    return path
+
+
+def portable_doc(doc: dict[str, Any], workspace: str | None, base: Path | None = None) -> dict[str, Any]:
+    """A copy of the result document with every source, artifact and command made portable
+    (``base``: the folder result.json is written to)."""
     out = copy.deepcopy(doc)
     root = str(out.get("repository_root") or ".")
     if root.startswith("/") and workspace and Path(root).resolve() == Path(workspace).resolve():
         root = "."
     elif root.startswith("/") and workspace:
         root = repo_path(root, ".", workspace) or root
+    out["repository_root"] = root
     ws = Path(workspace or ".").resolve()
+    base = base.resolve() if base is not None else None
     for model in out.get("models") or []:
+        if isinstance(model, dict):
+            if isinstance(model.get("artifacts"), dict):
+                model["artifacts"] = {k: _artifact(v, ws, base) if isinstance(v, str) else v for k, v in model["artifacts"].items()}
+            if isinstance(model.get("log"), str):
+                model["log"] = _artifact(model["log"], ws, base)
         res = model.get("result") if isinstance(model, dict) else None
         if not isinstance(res, dict):
             continue

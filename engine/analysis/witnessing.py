@@ -65,6 +65,8 @@ def relations_doc(spec: RelationSpec) -> dict[str, Any]:
             e["int_range"] = list(b.int_range)
         if b.gathered is not None:
             e["gathered"] = {"dim": b.gathered.dim, "groups": [list(g) for g in b.gathered.groups]}
+        if getattr(b, "per_group_data", False):
+            e["per_group_data"] = True
         return e
 
     return {"groups": spec.groups, "inputs": [entry(b) for b in spec.inputs], "outputs": [entry(b) for b in spec.outputs]}
