@@ -76,6 +76,10 @@ class Binding:
     key: str  # "inputs[2]" for messages
     int_range: tuple[int, int] | None = None
     gathered: Gathered | None = None
+    # The groups hold different values of this input (data parallel: each group its own part of
+    # the global batch, the baseline's input being one group's part). Relations hold within a
+    # group as ever; the witness gives each group its own value (engine.witness.inputs).
+    per_group_data: bool = False
 
 
 CUSTOM_CALL_KEEPS = ("duplicate", "sharded")
@@ -265,7 +269,7 @@ def _list(data: dict[str, Any], key: str, fail: Any) -> list[Any]:
 def _binding(x: Any, key: str, allowed: tuple[str, ...], fail: Any) -> Binding:
     if not isinstance(x, dict):
         raise fail(key, "expected a mapping like {baseline: 0, distributed: 0, relation: duplicate}")
-    extra = set(x) - {"baseline", "distributed", "relation", "dim", "blocks", "op", "int_range", "name", "width", "gathered"}
+    extra = set(x) - {"baseline", "distributed", "relation", "dim", "blocks", "op", "int_range", "name", "width", "gathered", "per_group_data"}
     if extra:
         raise fail(f"{key}.{sorted(map(str, extra))[0]}", "unknown key")
     rel = x.get("relation")
@@ -307,4 +311,9 @@ def _binding(x: Any, key: str, allowed: tuple[str, ...], fail: Any) -> Binding:
         if not isinstance(gg, list) or not gg or not all(isinstance(g, list) and g and all(isinstance(d, int) and not isinstance(d, bool) for d in g) for g in gg):
             raise fail(f"{key}.gathered.groups", "expected a non-empty list of device lists")
         gathered = Gathered(gd, tuple(tuple(g) for g in gg))
-    return Binding(x.get("baseline"), x.get("distributed"), Relation(rel, dim, tuple(blocks), op, width), key, tuple(ir) if ir else None, gathered)
+    pgd = x.get("per_group_data", False)
+    if not isinstance(pgd, bool):
+        raise fail(f"{key}.per_group_data", "expected true or false")
+    if pgd and (rel in DIST_ONLY or "rank" not in allowed):  # outputs allow no rank
+        raise fail(f"{key}.per_group_data", "only an input with a baseline value (not an output, rank or token) can differ between the groups")
+    return Binding(x.get("baseline"), x.get("distributed"), Relation(rel, dim, tuple(blocks), op, width), key, tuple(ir) if ir else None, gathered, pgd)

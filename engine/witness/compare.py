@@ -160,9 +160,10 @@ def reduce_partial(outs: list[np.ndarray], op: str) -> np.ndarray:
     raise ValueError(f"unknown partial op {op!r} (add, max, min)")
 
 
-def check_output(entry: dict[str, Any], what: str, expected_full: np.ndarray, dist_outs: list[np.ndarray], groups: list[list[int]], bi: int, di: int) -> OutputCheck:
+def check_output(entry: dict[str, Any], what: str, expected_full: np.ndarray, dist_outs: list[np.ndarray], groups: list[list[int]], bi: int, di: int, per_group: list[np.ndarray] | None = None) -> OutputCheck:
     """Compare the baseline output with every rank's output under ``entry``'s relation;
-    ``dist_outs[global rank]``."""
+    ``dist_outs[global rank]``. ``per_group``: each group's own baseline output (groups that
+    hold different data, inputs.per_group_data) instead of ``expected_full`` for all."""
     rel = entry.get("relation")
     if rel not in OUTPUT_RELATIONS:
         raise ValueError(f"{what}: unknown relation {rel!r}")
@@ -173,8 +174,11 @@ def check_output(entry: dict[str, Any], what: str, expected_full: np.ndarray, di
         text = f"sharded(dim={entry.get('dim')}" + (f", blocks={list(entry['blocks'])}" if entry.get("blocks") else "") + ")"
     elif rel == "partial":
         text = f"partial({entry.get('op', 'add')})"
-    check = OutputCheck(bi, di, text, dt.name, rtol=float(entry.get("rtol", tol)), atol=float(entry.get("atol", tol)) * scale_of(expected_full))
+    scale = max(scale_of(x) for x in per_group) if per_group else scale_of(expected_full)
+    check = OutputCheck(bi, di, text, dt.name, rtol=float(entry.get("rtol", tol)), atol=float(entry.get("atol", tol)) * scale)
     for gi, g in enumerate(groups):
+        if per_group is not None:
+            expected_full = per_group[gi]
         c = len(g)
         outs = [dist_outs[gid] for gid in g]
         if rel == "duplicate":

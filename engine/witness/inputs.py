@@ -19,6 +19,14 @@ inputs. ``inputs`` entries (parameter number, or name with or without ``%``):
   the baseline input is their sum (max, min). Float pieces of a sum are multiples of 1/8 so the
   sum is exact in f32/f16/bf16 for moderate magnitudes.
 
+``per_group_data: true`` on an input entry: the groups hold different values of it (the data
+parallel batch: each group its own part of the global batch, the baseline's input being one
+group's part). Each group then gets its own random baseline value (drawn after group 0's, so a
+pair without the key gets the inputs it always got), the baseline is executed once per group and
+each group is compared with its own baseline run. Without the key every group runs against the
+same baseline input, and a program that mixes the groups (a ppermute or a max across the DP
+axis) computes the same numbers as one that does not.
+
 ``int_range: [lo, hi)`` on an integer input (default ``[0, 8)``). Floats ~ N(0, 1) in the
 parameter dtype, pred uniform, complex with N(0, 1) parts.
 """
@@ -169,7 +177,28 @@ def _gathered_blocks(gathered: Any, what: str) -> dict[int, tuple[Any, int, int]
 
 
 def make_inputs(base: Program, dist: Program, relations: dict[str, Any], groups: list[list[int]], seed: int) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
-    """(baseline arguments, distributed arguments per global rank) for one seed."""
+    """(baseline arguments of group 0, distributed arguments per global rank) for one seed."""
+    bases, dist_args = make_group_inputs(base, dist, relations, groups, seed)
+    return bases[0], dist_args
+
+
+def per_group_entries(relations: dict[str, Any]) -> list[int]:
+    """The input entries whose value differs between the groups (``per_group_data``)."""
+    out = []
+    for k, e in enumerate(relations.get("inputs") or []):
+        v = e.get("per_group_data", False)
+        if not isinstance(v, bool):
+            raise ValueError(f"inputs[{k}].per_group_data: expected true or false, got {v!r}")
+        if v:
+            if e.get("relation") in ("rank", "token"):
+                raise ValueError(f"inputs[{k}].per_group_data: a {e.get('relation')} input has no baseline value to vary")
+            out.append(k)
+    return out
+
+
+def make_group_inputs(base: Program, dist: Program, relations: dict[str, Any], groups: list[list[int]], seed: int) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]]]:
+    """(baseline arguments per group, distributed arguments per global rank) for one seed. The
+    groups' lists are one and the same object when no entry is ``per_group_data``."""
     rng = np.random.default_rng(seed)
     n = sum(len(g) for g in groups)
     entries = list(relations.get("inputs") or [])
@@ -195,6 +224,16 @@ def make_inputs(base: Program, dist: Program, relations: dict[str, Any], groups:
     missing = sorted(set(range(len(base.params))) - set(base_of.values()))
     if missing:
         raise ValueError(f"relations: baseline parameters {missing} have no input entry")
+    group_base = [base_args] * len(groups)
+    varying = [k for k in per_group_entries(relations) if k in base_of]
+    if varying and len(groups) > 1:
+        group_base = [base_args] + [list(base_args) for _ in groups[1:]]
+        for own in group_base[1:]:
+            for k in varying:
+                e, bp = entries[k], base.params[base_of[k]]
+                fl = is_float(bp.dtype) or bp.dtype.kind == "c"
+                grid = e.get("relation") == "partial" and e.get("op", "add") == "add" and fl
+                own[bp.number] = grid_array(rng, bp) if grid else random_array(rng, bp, e)
     dist_args: list[list[np.ndarray | None]] = [[None] * len(dist.params) for _ in range(n)]
     seen: set[int] = set()
     for k, e in enumerate(entries):
@@ -206,7 +245,7 @@ def make_inputs(base: Program, dist: Program, relations: dict[str, Any], groups:
         seen.add(dp.number)
         rel = e["relation"]
         gathered = _gathered_blocks(e.get("gathered"), f"inputs[{k}]")
-        for g in groups:
+        for gi, g in enumerate(groups):
             c = len(g)
             if rel == "rank":
                 if dp.shape != () or dp.dtype.kind not in "iu":
@@ -215,7 +254,7 @@ def make_inputs(base: Program, dist: Program, relations: dict[str, Any], groups:
             elif rel == "token":
                 pieces = [np.zeros(dp.shape, dtype=dp.dtype)] * c
             else:
-                x = base_args[base_of[k]]
+                x = group_base[gi][base_of[k]]
                 assert x is not None
                 if rel == "duplicate":
                     pieces = [x] * c
@@ -236,7 +275,8 @@ def make_inputs(base: Program, dist: Program, relations: dict[str, Any], groups:
     missing = [p.number for p in dist.params if dist_args[0][p.number] is None]
     if missing:
         raise ValueError(f"relations: distributed parameters {missing} have no input entry")
-    return [a for a in base_args if a is not None], [[a for a in rank if a is not None] for rank in dist_args]
+    compact = {id(b): [a for a in b if a is not None] for b in group_base}
+    return [compact[id(b)] for b in group_base], [[a for a in rank if a is not None] for rank in dist_args]
 
 
 def fill_elided(text: str, names: Sequence[str], seed: int = 0) -> str:

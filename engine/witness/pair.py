@@ -25,7 +25,7 @@ import numpy as np
 
 from . import flat, runtime
 from .compare import OutputCheck, check_output, default_tol
-from .inputs import groups_of, make_inputs
+from .inputs import groups_of, make_group_inputs
 from .model import VARIANTS, model_text, perturbed_sums
 from .segment import with_outputs
 
@@ -217,15 +217,36 @@ def _wide_args(args: list[np.ndarray], prog: runtime.Program) -> list[np.ndarray
 
 @dataclasses.dataclass
 class _Run:
-    base_out: list[np.ndarray]
+    base_out: list[np.ndarray]  # group 0's (every group's, without per-group data)
     dist_out: list[list[np.ndarray]]  # [global rank][leaf]
+    # [group][leaf]: each group's own baseline run, where the groups hold different data
+    # (inputs.per_group_data); None when every group runs against the same baseline.
+    base_by_group: list[list[np.ndarray]] | None = None
+
+    def expected(self, leaf: int) -> list[np.ndarray] | None:
+        """Each group's baseline value of ``leaf`` (None: base_out's for every group)."""
+        return [b[leaf] for b in self.base_by_group] if self.base_by_group is not None else None
 
 
-def _execute(base: runtime.Program, dist: runtime.Program, base_args: list[np.ndarray], dist_args: list[list[np.ndarray]]) -> _Run:
+def _execute(base: runtime.Program, dist: runtime.Program, bases: list[list[np.ndarray]], dist_args: list[list[np.ndarray]]) -> _Run:
+    """Execute the baseline on each distinct group's arguments (once when the groups share
+    them) and the distributed program on every rank."""
     n = len(dist_args)
-    base_out = [leaf[0] for leaf in runtime.execute(base.text, [[a] for a in base_args], 1)]
+    outs: dict[int, list[np.ndarray]] = {}
+    for b in bases:
+        if id(b) not in outs:
+            outs[id(b)] = [leaf[0] for leaf in runtime.execute(base.text, [[a] for a in b], 1)]
     leaves = runtime.execute(dist.text, [[dist_args[i][p] for i in range(n)] for p in range(len(dist.params))], n)
-    return _Run(base_out, [[leaf[i] for leaf in leaves] for i in range(n)])
+    by_group = [outs[id(b)] for b in bases] if len(outs) > 1 else None
+    return _Run(outs[id(bases[0])], [[leaf[i] for leaf in leaves] for i in range(n)], by_group)
+
+
+def _wide_groups(bases: list[list[np.ndarray]], prog: runtime.Program) -> list[list[np.ndarray]]:
+    """Each group's arguments widened for ``prog`` (groups sharing arguments keep sharing)."""
+    wide: dict[int, list[np.ndarray]] = {}
+    for b in bases:
+        wide.setdefault(id(b), _wide_args(b, prog))
+    return [wide[id(b)] for b in bases]
 
 
 def _output_checks(run: _Run, entries: list[dict[str, Any]], base: runtime.Program, dist: runtime.Program, groups: list[list[int]], n_base: int, n_dist: int, tolerances: list[float] | None = None) -> list[OutputCheck]:
@@ -240,7 +261,7 @@ def _output_checks(run: _Run, entries: list[dict[str, Any]], base: runtime.Progr
             e = {**e}
             e.setdefault("rtol", tolerances[k])
             e.setdefault("atol", tolerances[k])
-        checks.append(check_output(e, f"outputs[{k}]", run.base_out[bi], [r[di] for r in run.dist_out], groups, bi, di))
+        checks.append(check_output(e, f"outputs[{k}]", run.base_out[bi], [r[di] for r in run.dist_out], groups, bi, di, run.expected(bi)))
     return checks
 
 
@@ -269,7 +290,7 @@ def _probe_checks(run: _Run, probes: list[Probe], slots: dict[int, tuple[int, in
                 e.setdefault("rtol", tolerances[i])
                 e.setdefault("atol", atols[i] if atols is not None and i in atols else tolerances[i])
             try:
-                chk = check_output(e, f"probe %{probes[i].distributed}", b, [r[dl] for r in run.dist_out], groups, bl, dl)
+                chk = check_output(e, f"probe %{probes[i].distributed}", b, [r[dl] for r in run.dist_out], groups, bl, dl, run.expected(bl))
             except ValueError:
                 continue
             if chk.allclose:
@@ -350,8 +371,8 @@ def _witness(baseline_hlo: str, distributed_hlo: str, relations: dict[str, Any],
     probe_seen: dict[int, bool] = {}
     doubt: set[int] = set()  # probes that differed only near their tolerance on some seed
     for seed in options.seeds:
-        base_args, dist_args = make_inputs(base0, dist0, relations, groups, seed)
-        run = _execute(base, dist, base_args, dist_args)
+        bases, dist_args = make_group_inputs(base0, dist0, relations, groups, seed)
+        run = _execute(base, dist, bases, dist_args)
         report.seeds.append(seed)
         checks = _output_checks(run, entries, base, dist, groups, len(base0.results), len(dist0.results))
         pchecks = _probe_checks(run, probes, slots, groups)
@@ -365,7 +386,7 @@ def _witness(baseline_hlo: str, distributed_hlo: str, relations: dict[str, Any],
         uncertain = {i for i in probe_bad if pchecks[i].ratio < RECHECK_RATIO and not pchecks[i].nonfinite}  # type: ignore[union-attr]
         if out_bad and options.recheck_f64:
             uncertain = set()
-            wide = _recheck(base, dist, base_text, dist_text, base_args, dist_args, entries, probes, slots, groups, checks, pchecks, len(base0.results), len(dist0.results))
+            wide = _recheck(base, dist, base_text, dist_text, bases, dist_args, entries, probes, slots, groups, checks, pchecks, len(base0.results), len(dist0.results))
             if wide is not None:
                 wchecks, wpchecks = wide
                 # An overflow to inf/NaN on one side only is never rounding noise.
@@ -442,7 +463,7 @@ def _precompile(jobs: list[tuple[str, int]]) -> None:
 NOISE_FACTOR = 8.0
 
 
-def _recheck(base: runtime.Program, dist: runtime.Program, base_text: str, dist_text: str, base_args: list[np.ndarray], dist_args: list[list[np.ndarray]], entries: list[dict[str, Any]], probes: list[Probe], slots: dict[int, tuple[int, int]], groups: list[list[int]], checks: list[OutputCheck], pchecks: dict[int, OutputCheck | None], nb: int, nd: int) -> tuple[list[OutputCheck], dict[int, OutputCheck | None]] | None:
+def _recheck(base: runtime.Program, dist: runtime.Program, base_text: str, dist_text: str, bases: list[list[np.ndarray]], dist_args: list[list[np.ndarray]], entries: list[dict[str, Any]], probes: list[Probe], slots: dict[int, tuple[int, int]], groups: list[list[int]], checks: list[OutputCheck], pchecks: dict[int, OutputCheck | None], nb: int, nd: int) -> tuple[list[OutputCheck], dict[int, OutputCheck | None]] | None:
     """The same inputs through both programs in the float model of ``verified`` (module
     engine.witness.model: f32 computed in f64, every written rounding kept), compared with the
     original tolerances; None when the model texts do not compile (a bitcast-convert, say).
@@ -460,8 +481,9 @@ def _recheck(base: runtime.Program, dist: runtime.Program, base_text: str, dist_
     within ~2x the distance the baseline itself moves when its own bf16 sums are reordered."""
     try:
         wb, wd = runtime.read(_widen(base_text)), runtime.read(_widen(dist_text))
-        wide_base_args = _wide_args(base_args, wb)
-        run = _execute(wb, wd, wide_base_args, [_wide_args(a, wd) for a in dist_args])
+        wide_bases = _wide_groups(bases, wb)
+        wide_base_args = wide_bases[0]
+        run = _execute(wb, wd, wide_bases, [_wide_args(a, wd) for a in dist_args])
     except Exception:  # the recheck is an extra: without it, the difference stands
         return None
     tol_out = [default_tol(np.dtype(c.dtype)) for c in checks]
@@ -545,8 +567,8 @@ def instruction_differs(baseline_hlo: str, distributed_hlo: str, relations: dict
     probe = Probe("segment", "segment", relations=list(relations.get("candidates") or []))
     trials = 0
     for seed in options.seeds:
-        base_args, dist_args = make_inputs(base, dist, relations, groups, seed)
-        run = _execute(base, dist, base_args, dist_args)
+        bases, dist_args = make_group_inputs(base, dist, relations, groups, seed)
+        run = _execute(base, dist, bases, dist_args)
         trials += 1
         chk = _probe_checks(run, [probe], {0: (0, 0)}, groups)[0]
         if chk is None:
@@ -557,7 +579,7 @@ def instruction_differs(baseline_hlo: str, distributed_hlo: str, relations: dict
             wide = None
             try:
                 wb, wd = runtime.read(_widen(base.text)), runtime.read(_widen(dist.text))
-                wrun = _execute(wb, wd, _wide_args(base_args, wb), [_wide_args(a, wd) for a in dist_args])
+                wrun = _execute(wb, wd, _wide_groups(bases, wb), [_wide_args(a, wd) for a in dist_args])
                 wide = _probe_checks(wrun, [probe], {0: (0, 0)}, groups, {0: default_tol(np.dtype(chk.dtype))})[0]
             except Exception:  # the recheck is an extra: without it, the difference stands
                 wide = None

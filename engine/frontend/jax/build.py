@@ -132,6 +132,10 @@ def derive(model: JaxModel, name: str, leaves: list[Leaf]) -> dict[str, Any]:
         what = f"{name}: input {leaf.name}"
         rel, local = relation_of(tuple(leaf.spec), leaf.shape, mesh, group_axes, what, state=leaf.state)
         entry = {"baseline": i, "distributed": i, **rel}
+        if not leaf.state and any(a not in group_axes for e in leaf.spec for a in _axes_of(e)):
+            # Split over a data-parallel axis: each group holds its own part of the batch
+            # (the witness gives each group different data, so a program mixing them shows).
+            entry["per_group_data"] = True
         if leaf.int_range is not None:
             entry["int_range"] = [int(leaf.int_range[0]), int(leaf.int_range[1])]
         inputs.append(entry)

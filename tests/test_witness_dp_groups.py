@@ -1,0 +1,108 @@
+"""Data-parallel groups get different data (relations: ``per_group_data``).
+
+In a DP x TP program the rank groups are the TP groups; the batch is split over the DP axis, so
+each group holds its own part of it, while the baseline runs one group's part. When every group
+ran against the same baseline input, a program that mixes the groups (a ppermute across the DP
+axis, a max over the DP axis as well) computed the same numbers as a correct one: the witness
+found it equal. With ``per_group_data`` each group gets its own part, the baseline runs once per
+group, and those bugs are ``diverged`` with a confirmed witness, while their correct twins stay
+``verified`` and equal under ``--witness always``. The pairs are JAX ``shard_map`` programs on a
+2x2 (dp, tp) mesh (tests/witness_jax/dp_pairs.py, built in a subprocess).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from shardproof.engine.analysis.check import check_files
+from shardproof.engine.errors import InputError
+from shardproof.engine.relations import load_relations
+from shardproof.engine.witness import runtime
+from shardproof.engine.witness.inputs import make_group_inputs, make_inputs
+from shardproof.engine.witness.pair import WitnessOptions, witness
+
+HERE = Path(__file__).resolve().parent
+BUGS = ("b_ppermute_over_dp", "b_pmax_over_dp")
+CORRECT = ("mlp", "amax_scale")
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dp_pairs")
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    proc = subprocess.run([sys.executable, str(HERE / "witness_jax" / "dp_pairs.py"), str(out)], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def _texts(d: Path) -> tuple[str, str, dict]:
+    return (d / "baseline.hlo").read_text(), (d / "distributed.hlo").read_text(), yaml.safe_load((d / "relations.yaml").read_text())
+
+
+def _same_data(rel: dict) -> dict:
+    return {**rel, "inputs": [{k: v for k, v in e.items() if k != "per_group_data"} for e in rel["inputs"]]}
+
+
+@pytest.mark.parametrize("name", BUGS)
+def test_a_group_mixing_bug_shows_only_with_per_group_data(pairs: Path, name: str) -> None:
+    base, dist, rel = _texts(pairs / name)
+    opts = WitnessOptions(seeds=(0, 1, 2), memory_mb=float("inf"))
+    # Every group on the same data: the bug computes the correct numbers.
+    assert witness(base, dist, _same_data(rel), opts).equal
+    report = witness(base, dist, rel, opts)
+    assert not report.equal and report.seed == 0, report.summary()
+
+
+@pytest.mark.parametrize("name", BUGS)
+def test_group_mixing_bugs_are_diverged_with_a_confirmed_witness(pairs: Path, name: str) -> None:
+    d = pairs / name
+    r = check_files(load_relations(d / "relations.yaml"), d / "baseline.hlo", d / "distributed.hlo", None, witness="auto")
+    assert r.verdict == "diverged", (r.verdict, r.reason)
+    assert r.witness is not None and r.witness["status"] == "confirmed", r.witness
+
+
+@pytest.mark.parametrize("name", CORRECT)
+def test_correct_twins_stay_verified_and_equal(pairs: Path, name: str) -> None:
+    d = pairs / name
+    r = check_files(load_relations(d / "relations.yaml"), d / "baseline.hlo", d / "distributed.hlo", None, witness="always")
+    assert r.verdict == "verified", (r.verdict, r.reason)
+    assert r.witness is not None and r.witness["status"] == "equal", r.witness
+
+
+def test_group_inputs_differ_only_where_the_relations_say(pairs: Path) -> None:
+    base_text, dist_text, rel = _texts(pairs / "mlp")
+    base, dist = runtime.read(base_text), runtime.read(dist_text)
+    groups = rel["groups"]
+    bases, dargs = make_group_inputs(base, dist, rel, groups, seed=4)
+    assert not np.array_equal(bases[0][0], bases[1][0])  # the batch: each group its own
+    for k in (1, 2):  # the weights: one value for every group
+        assert bases[0][k] is bases[1][k]
+    for gi, g in enumerate(groups):
+        for r, dev in enumerate(g):
+            assert np.array_equal(dargs[dev][0], bases[gi][0])
+            assert np.array_equal(dargs[dev][1], np.split(bases[gi][1], 2, axis=1)[r])
+    # Without the key: one list for every group; group 0 draws what it draws with the key (the
+    # other groups' values come after), so a pair without the key gets the inputs it always got.
+    same_bases, _ = make_group_inputs(base, dist, _same_data(rel), groups, seed=4)
+    assert all(b is same_bases[0] for b in same_bases)
+    old_base, _ = make_inputs(base, dist, _same_data(rel), groups, seed=4)
+    assert all(np.array_equal(a, b) for a, b in zip(old_base, bases[0], strict=True))
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ("outputs:\n  - {baseline: 0, distributed: 0, relation: duplicate, per_group_data: true}", "outputs[0].per_group_data"),
+    ("outputs:\n  - {baseline: 0, distributed: 0, relation: duplicate}\n", "inputs[0].per_group_data"),
+])
+def test_per_group_data_is_checked(tmp_path: Path, entry: str, message: str) -> None:
+    bad_input = "per_group_data: yes please" if "inputs[0]" in message else "per_group_data: true"
+    text = f"groups: [[0, 1], [2, 3]]\ninputs:\n  - {{baseline: 0, distributed: 0, relation: duplicate, {bad_input}}}\n{entry}\n"
+    (tmp_path / "r.yaml").write_text(text)
+    with pytest.raises(InputError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        load_relations(tmp_path / "r.yaml")
