@@ -333,3 +333,16 @@ def linen_train_step(ctx: JaxContext) -> JaxModel:
     dist = shard_map(per_device, mesh=mesh, in_specs=(*specs, P(), P()), out_specs=(*specs, P()))
     return JaxModel(step, dist, mesh, [variables, opt_state, x, y], outputs=(variables, opt_state, P()), rules=RULES, group_axes=("model",),
                     description=f"the flax training step per device in shard_map (optax AdamW), TP {c}")
+
+
+def linen_fsdp_scan_decoder(ctx: JaxContext) -> JaxModel:
+    """The nn.scan decoder with FSDP x TP on a 2x2 ('data', 'model') mesh: every stacked
+    weight's 'embed' dim split over 'data' as well, the batch over 'data'."""
+    b, s, h, hd, f, n = ctx.knob("batch", 4), ctx.knob("seq", 8), ctx.knob("heads", 4), ctx.knob("head_dim", 8), ctx.knob("ffn", 64), ctx.knob("layers", 2)
+    mesh = ctx.mesh({"data": 2, "model": 2})
+    module = Decoder(n, h, hd, f)
+    variables = jax.eval_shape(module.init, jax.random.key(0), _f32(b, s, h * hd))
+    x = JaxInput("x", (b, s, h * hd), spec=("batch", None, None))
+    rules = (("batch", "data"), ("embed", "data"), ("mlp", "model"), ("heads", "model"), ("layers", None), ("seq", None))
+    return JaxModel(module.apply, module.apply, mesh, [variables, x], outputs=[("batch", None, None)], rules=rules, group_axes=("model",), gspmd=True,
+                    description=f"flax linen decoder, nn.scan over {n} blocks, FSDP over data 2 x TP 2, GSPMD")
