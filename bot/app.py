@@ -490,7 +490,8 @@ class Bot:
             if any(fp in current for fp in fps) or not models or not set(models) <= decided:
                 continue
             try:
-                self.api.edit_review_comment(comment, render.resolved_comment(comment.body, ctx))
+                unproven = any(m.name in models and m.status == "unproven" for m in run.models)
+                self.api.edit_review_comment(comment, render.resolved_comment(comment.body, ctx, unproven))
             except GitHubError as e:
                 self.console.warning(f"could not mark comment {comment.id} resolved: {e}")
         if existing.change_requests and not blocking(run, findings):

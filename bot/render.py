@@ -358,11 +358,12 @@ def summary_body(run: Run, findings: Sequence[Finding], ctx: Ctx, resolved: Sequ
     return fit(r, COMMENT_LIMIT)
 
 
-def resolved_comment(old_body: str, ctx: Ctx) -> str:
-    """An inline comment from an earlier run whose findings are gone: struck through, kept."""
+def resolved_comment(old_body: str, ctx: Ctx, unproven: bool = False) -> str:
+    """An inline comment from an earlier run whose findings are gone: struck through, kept.
+    ``unproven``: its model is now unproven (numerically equal), no longer a divergence."""
     # The old marker is renamed so the struck-through copy no longer counts as a live finding.
     old = old_body.replace(MARK_FINDING, "<!-- shardproof:was-finding")
-    text = _render("resolved.md.j2", ctx=ctx, old=old)
+    text = _render("resolved.md.j2", ctx=ctx, old=old, unproven=unproven)
     return text if len(text.encode()) <= COMMENT_LIMIT else truncate(text, COMMENT_LIMIT)
 
 

@@ -156,6 +156,22 @@ def fixed(fake: FakeGitHub, tmp: Path) -> list[Outcome]:
     return [first, second]
 
 
+def turned_unproven(fake: FakeGitHub, tmp: Path) -> list[Outcome]:
+    """A divergence that the next push turns into a rule gap (the model is unproven: the rules
+    stop at the same place, the witness finds the programs equal): no longer a change request."""
+    path, line = bs.bug_site("bug_missing_allreduce")
+    fake.add_pr(7, HEAD, [{"filename": path, "status": "modified", "patch": patch_adding(path, line)}])
+    first = run_bot(fake, tmp / "a", bs.run_doc(renamed("bug_missing_allreduce", "mlp"), bs.model("attention_tp4")))
+    gap = renamed("bug_missing_allreduce", "mlp")
+    gap["status"] = gap["result"]["verdict"] = "unproven"
+    for d in gap["result"]["divergences"]:
+        d["kind"] = "rule-gap"
+    gap["result"]["witness"] = {"status": "equal", "trials": 3, "seeds": [0, 1, 2]}
+    fake.pulls[7].head_sha = HEAD2
+    second = run_bot(fake, tmp / "b", bs.run_doc(gap, bs.model("attention_tp4")), event=pr_event(head=HEAD2))
+    return [first, second]
+
+
 def fork(fake: FakeGitHub, tmp: Path) -> list[Outcome]:
     path, line = bs.bug_site("bug_missing_allreduce")
     fake.read_only = True
@@ -250,6 +266,7 @@ SCENARIOS: dict[str, Scenario] = {
     "out_of_diff": out_of_diff,
     "rerun": rerun,
     "fixed": fixed,
+    "turned_unproven": turned_unproven,
     "fork": fork,
     "faults": faults,
     "refused_anchor": refused_anchor,

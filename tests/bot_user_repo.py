@@ -158,3 +158,20 @@ def files(repo: Path, base: str, head: str) -> list[dict[str, Any]]:
         out.append({"filename": name, "status": {"M": "modified", "A": "added", "D": "removed"}[status[0]], "patch": patch,
                     "additions": len(re.findall(r"^\+", patch, re.M)), "deletions": len(re.findall(r"^-", patch, re.M))})
     return out
+
+
+def calls(fake: Any, start: int = 0) -> list[str]:
+    """The API calls, as the report shows them: method, path and the key fields of the body."""
+    out = []
+    for r in fake.log[start:]:
+        b = r.body if isinstance(r.body, dict) else {}
+        keys = {k: b[k] for k in ("event", "state", "conclusion", "context") if k in b}
+        if b.get("comments"):
+            keys["comments"] = [(c["path"], c["line"], c["side"]) for c in b["comments"]]
+        if "message" in b and r.method == "PUT":
+            keys["message"] = b["message"]
+        if isinstance(b.get("output"), dict):
+            keys["title"] = b["output"].get("title")
+            keys["annotations"] = [(a["path"], a["start_line"], a["annotation_level"]) for a in b["output"].get("annotations") or []]
+        out.append(f"{r.method} {r.path}" + (f" {keys}" if keys else ""))
+    return out

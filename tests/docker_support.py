@@ -360,3 +360,11 @@ def leftover_sandboxes(daemon: Daemon) -> list[str]:
     client = daemon.client()
     label = "io.shardproof.sandbox"
     return [c.name for c in client.containers.list(all=True, filters={"label": label})] + [v.name for v in client.volumes.list(filters={"label": label})]
+
+
+def image_layers(daemon: Daemon, image: str) -> list[str]:
+    """The image's size and what each layer of it holds (``docker history``), biggest first."""
+    client = daemon.client()
+    total = client.images.get(image).attrs["Size"]
+    rows = sorted((h for h in client.api.history(image) if h.get("Size")), key=lambda h: -h["Size"])
+    return [f"image {image[:19]}: {total / 1e9:.2f} GB"] + [f"  {h['Size'] / 1e6:9.1f} MB  {' '.join(str(h.get('CreatedBy') or '').split())[:160]}" for h in rows]

@@ -91,6 +91,18 @@ def test_a_fixed_pull_request_resolves_its_findings(fake: FakeGitHub, tmp_path: 
     assert [s["state"] for s in fake.statuses if s["sha"] == sc.HEAD] == ["pending", "failure"]
 
 
+def test_a_divergence_that_turns_unproven_is_resolved_and_the_request_dismissed(fake: FakeGitHub, tmp_path: Path) -> None:
+    first, second = sc.turned_unproven(fake, tmp_path)
+    assert first.code == 1 and second.code == 0, second.out + second.err
+    old, new = fake.reviews
+    assert old["state"] == "DISMISSED"  # nothing blocking is left
+    assert new["state"] == "COMMENTED" and "### Not proven (1)" in new["body"]  # a note, not a request
+    [c] = fake.review_comments
+    assert "**Resolved as a bug:**" in c["body"] and "partial sum over ranks" in c["body"]
+    assert _final_status(fake, sc.HEAD2)["state"] == "success"
+    assert second.outputs["verdict"] == "unproven" and second.outputs["state"] == "success"
+
+
 def test_a_fork_pull_request_degrades_to_annotations_and_keeps_the_verdict(fake: FakeGitHub, tmp_path: Path) -> None:
     [o] = sc.fork(fake, tmp_path)
     path, line = bs.bug_site("bug_missing_allreduce")

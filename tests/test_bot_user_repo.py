@@ -46,29 +46,12 @@ def _run(fake: FakeGitHub, repo: Path, tmp: Path, head: str, base: str, models: 
     return sc.run_bot(fake, tmp, event=sc.pr_event(head=head), runner=FrontendRunner(), workspace=str(repo), config=repo / ".shardproof.yml", models=models, **kw)
 
 
-def _calls(fake: FakeGitHub, start: int = 0) -> list[str]:
-    """The API calls, as the report shows them: method, path and the key fields of the body."""
-    out = []
-    for r in fake.log[start:]:
-        b = r.body if isinstance(r.body, dict) else {}
-        keys = {k: b[k] for k in ("event", "state", "conclusion", "context") if k in b}
-        if b.get("comments"):
-            keys["comments"] = [(c["path"], c["line"], c["side"]) for c in b["comments"]]
-        if "message" in b and r.method == "PUT":
-            keys["message"] = b["message"]
-        if isinstance(b.get("output"), dict):
-            keys["title"] = b["output"].get("title")
-            keys["annotations"] = [(a["path"], a["start_line"], a["annotation_level"]) for a in b["output"].get("annotations") or []]
-        out.append(f"{r.method} {r.path}" + (f" {keys}" if keys else ""))
-    return out
-
-
 def test_removed_collective_is_commented_on_its_line_and_the_fix_dismisses_with_an_unproven_model_beside(repo: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
     path, shas = repo
     fake = _fake()
     try:
         bug = _run(fake, path, tmp_path / "bug", shas["bug"], shas["base"])
-        print("\n".join(["bug PR:", *_calls(fake)]))
+        print("\n".join(["bug PR:", *user.calls(fake)]))
         assert bug.code == 1, bug.out + bug.err
         [review] = fake.reviews
         assert review["state"] == "CHANGES_REQUESTED"
@@ -85,7 +68,7 @@ def test_removed_collective_is_commented_on_its_line_and_the_fix_dismisses_with_
 
         mark = len(fake.log)
         fix = _run(fake, path, tmp_path / "fix", shas["fix"], shas["base"])
-        print("\n".join(["fix push:", *_calls(fake, mark)]))
+        print("\n".join(["fix push:", *user.calls(fake, mark)]))
         assert fix.code == 0, fix.out + fix.err
         [dismissal] = fake.requests("PUT", r"/reviews/\d+/dismissals$")
         assert dismissal.path.endswith(f"/pulls/7/reviews/{review['id']}/dismissals")
@@ -104,7 +87,7 @@ def test_a_deleted_all_reduce_line_is_commented_on_the_left_side(repo: tuple[Pat
     fake = _fake()
     try:
         run = _run(fake, path, tmp_path / "deleted", shas["deleted"], shas["two_lines"], models=["block"])
-        print("\n".join(["deleted line:", *_calls(fake)]))
+        print("\n".join(["deleted line:", *user.calls(fake)]))
     finally:
         fake.stop()
     assert run.code == 1, run.out + run.err
@@ -119,7 +102,7 @@ def test_a_typod_key_is_a_configuration_error_at_its_line(repo: tuple[Path, dict
     fake = _fake()
     try:
         run = _run(fake, path, tmp_path / "typo_key", shas["typo_key"], shas["base"])
-        print("\n".join(["typo'd key:", *_calls(fake)]))
+        print("\n".join(["typo'd key:", *user.calls(fake)]))
     finally:
         fake.stop()
     line = next(n for n, t in enumerate((path / ".shardproof.yml").read_text().splitlines(), 1) if "expcet" in t)
@@ -147,7 +130,7 @@ def test_a_typod_entry_is_bad_input(repo: tuple[Path, dict[str, str]], tmp_path:
     fake = _fake()
     try:
         run = _run(fake, path, tmp_path / "typo_entry", shas["typo_entry"], shas["base"], models=["block"])
-        print("\n".join(["typo'd entry:", *_calls(fake)]))
+        print("\n".join(["typo'd entry:", *user.calls(fake)]))
     finally:
         fake.stop()
     assert run.code == 1, run.out + run.err

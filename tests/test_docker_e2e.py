@@ -97,3 +97,92 @@ def test_correct_pr_gets_a_success_status(docker_daemon: ds.Daemon, action_image
     for key in ("trace", "sarif", "result-json"):
         assert (ws / run.outputs[key]).is_file(), key
     assert ds.leftover_sandboxes(docker_daemon) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# The user repository of tests/bot_user_repo.py, as GitHub's runner runs the action on it: a
+# real git checkout at each pull request head, the image's default inputs (sandbox auto: the
+# model builds run in sibling containers), and a recording fake GitHub that checks every request
+# against GitHub's REST description.
+
+
+def _user_run(daemon: ds.Daemon, image: str, fake: FakeGitHub, repo: Path, tmp: Path, number: int, head: str, base: str, inputs: dict[str, str] | None = None) -> ds.ActionRun:
+    import bot_user_repo as user
+
+    ws = tmp / f"workspace-{head[:7]}"
+    shutil.copytree(repo, ws, symlinks=True)
+    user.checkout(ws, head)
+    files = user.files(ws, base, head)
+    if number in fake.pulls:
+        fake.pulls[number].head_sha, fake.pulls[number].files = head, files
+    else:
+        fake.add_pr(number, head, files)
+    github = {"GITHUB_API_URL": fake.url, "GITHUB_SERVER_URL": "https://github.test", "GITHUB_REPOSITORY": fake.repo, "GITHUB_EVENT_NAME": "pull_request", "GITHUB_SHA": "f" * 40}
+    run = ds.run_action(daemon, image, ws, tmp / f"runner-{head[:7]}", sc.pr_event(number=number, head=head), inputs or {}, github, fake.token)
+    print(f"action container on {head[:7]}: exit {run.code}, {run.seconds:.1f} s")
+    return run
+
+
+def test_user_repository_bug_fix_unproven_and_configuration_errors(docker_daemon: ds.Daemon, action_image: str, tmp_path: Path) -> None:
+    import bot_rest_contract as contract
+    import bot_user_repo as user
+
+    print("\n".join(ds.image_layers(docker_daemon, action_image)))
+    repo = tmp_path / "user"
+    shas = user.make(repo)
+    fake = FakeGitHub()
+    fake.validate = contract.description().check
+    fake.start()
+    try:
+        # 1. The bug: the all-reduce dropped on its own line. Default inputs (filter-mode added).
+        bug = _user_run(docker_daemon, action_image, fake, repo, tmp_path, 7, shas["bug"], shas["base"])
+        print("\n".join(["bug PR:", *user.calls(fake)]))
+        assert bug.code == 1, bug.logs[-3000:]
+        assert "model builds run in sandbox containers" in bug.logs, bug.logs[-3000:]
+        [review] = fake.reviews
+        [comment] = fake.review_comments
+        assert review["state"] == "CHANGES_REQUESTED"
+        assert (comment["path"], comment["line"], comment["side"]) == ("mlp.py", user.BUG_LINE, "RIGHT")
+        assert "marked inline on the changed line that causes it" in review["body"] and "not proven: `scaled`" in review["body"]
+        assert bug.outputs["verdict"] == "diverged" and fake.statuses[-1]["state"] == "failure"
+
+        # 2. The fix push: the request for changes is dismissed although `scaled` stays unproven.
+        mark = len(fake.log)
+        fix = _user_run(docker_daemon, action_image, fake, repo, tmp_path, 7, shas["fix"], shas["base"])
+        print("\n".join(["fix push:", *user.calls(fake, mark)]))
+        assert fix.code == 0, fix.logs[-3000:]
+        [dismissal] = fake.requests("PUT", r"/reviews/\d+/dismissals$")
+        assert dismissal.path.endswith(f"/pulls/7/reviews/{review['id']}/dismissals") and fake.reviews[0]["state"] == "DISMISSED"
+        assert (fake.statuses[-1]["state"], fake.statuses[-1]["sha"]) == ("success", shas["fix"])
+        assert fix.outputs["verdict"] == "unproven" and fix.outputs["state"] == "success"
+
+        # 3. A typo'd key: a configuration error at its line, not an error of shardproof.
+        mark = len(fake.log)
+        key = _user_run(docker_daemon, action_image, fake, repo, tmp_path, 8, shas["typo_key"], shas["base"])
+        print("\n".join(["typo'd key:", *user.calls(fake, mark)]))
+        line = next(n for n, t in enumerate((tmp_path / f"workspace-{shas['typo_key'][:7]}" / ".shardproof.yml").read_text().splitlines(), 1) if "expcet" in t)
+        assert key.code == 1, key.logs[-3000:]
+        final = fake.statuses[-1]
+        assert (final["state"], final["sha"]) == ("failure", shas["typo_key"]) and final["description"].startswith("configuration error")
+        check = fake.check_runs[-1]
+        assert check["output"]["title"] == "configuration error in .shardproof.yml"
+        [note] = fake.annotations[check["id"]]
+        assert (note["path"], note["start_line"], note["annotation_level"]) == (".shardproof.yml", line, "failure")
+        assert [(c["path"], c["line"]) for c in fake.review_comments if c["pr"] == 8] == [(".shardproof.yml", line)]
+
+        # 4. A typo'd entry: bad-input under the Docker sandbox, as under subprocess.
+        mark = len(fake.log)
+        entry = _user_run(docker_daemon, action_image, fake, repo, tmp_path, 9, shas["typo_entry"], shas["base"], {"models": "block"})
+        print("\n".join(["typo'd entry:", *user.calls(fake, mark)]))
+        assert entry.code == 1, entry.logs[-3000:]
+        assert entry.outputs["verdict"] == "bad-input" and fake.statuses[-1]["state"] == "failure"
+        check = fake.check_runs[-1]
+        assert check["output"]["title"].startswith("configuration error")
+        [note] = fake.annotations[check["id"]]
+        assert note["path"] == ".shardproof.yml" and "mpl" in note["message"]
+    finally:
+        fake.stop()
+    assert fake.errors == [] and fake.violations == [], fake.violations
+    print(f"{len(fake.log)} requests, {len(fake.violations)} violations of GitHub's REST description")
+    assert fake.token not in bug.logs + fix.logs + key.logs + entry.logs
+    assert ds.leftover_sandboxes(docker_daemon) == []
