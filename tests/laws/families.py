@@ -465,6 +465,46 @@ def vocab(rng: random.Random) -> Program:
     return Program("vocab", form, base, dist, rel)
 
 
+# ---- prefix sum along the sharded dim (rules/window.egg) --------------------------------------------
+
+
+def window(rng: random.Random) -> Program:
+    """cumsum along the sharded dim: each rank's local prefix sum plus the exclusive prefix of the
+    all-gathered block totals (a mask iota < rank over the gathered dim, as a 0/1 factor). Drawn:
+    the element type (narrow ints wrap alike on both sides), the mask's compare (< r, or <= r: an
+    inclusive carry) and index type, the 0/1 factor's spelling, the gather's groups."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    w = rng.choice([1, 2, 3])
+    n = c * w
+    h = 3
+    t = rng.choice(["f32", "s32", "s8", "u8", "s16"])
+    tm = rng.choice(["s32", "s64", "s8", "u8"])
+    direction = rng.choice(["LT", "LT", "LT", "LE"])
+    pad = w - 1
+    g2 = groups if rng.random() < 0.8 else _other_groups(rng, groups)
+    conv = "multiply" if rng.random() < 0.5 else "select"
+    base = ("HloModule cumsum_base\n\n" + _reducer("add", "add", t) + f"\nENTRY %main (x: {t}[{n},{h}]) -> {t}[{n},{h}] {{\n  %x = {t}[{n},{h}] parameter(0)\n"
+            f"  %z = {t}[] constant(0)\n  ROOT %cs = {t}[{n},{h}] reduce-window({t}[{n},{h}] %x, {t}[] %z), window={{size={n}x1 pad={n - 1}_0x0_0}}, to_apply=%add\n}}\n")
+    mask = (f"  %io = {tm}[{c}] iota(), iota_dimension=0\n" + (f"  %rr = {tm}[] convert(s32[] %r)\n" if tm != "s32" else "")
+            + f"  %rb = {tm}[{c}] broadcast({tm}[] {'%rr' if tm != 's32' else '%r'}), dimensions={{}}\n"
+            f"  %m = pred[{c}] compare({tm}[{c}] %io, {tm}[{c}] %rb), direction={direction}\n  %mb = pred[{c},{h}] broadcast(pred[{c}] %m), dimensions={{0}}\n")
+    if conv == "multiply":
+        mask += f"  %mf = {t}[{c},{h}] convert(pred[{c},{h}] %mb)\n  %sel = {t}[{c},{h}] multiply({t}[{c},{h}] %ag, {t}[{c},{h}] %mf)\n"
+    else:
+        mask += f"  %zz = {t}[{c},{h}] broadcast({t}[] %z), dimensions={{}}\n  %sel = {t}[{c},{h}] select(pred[{c},{h}] %mb, {t}[{c},{h}] %ag, {t}[{c},{h}] %zz)\n"
+    dist = ("HloModule cumsum_dist\n\n" + _reducer("add", "add", t) + f"\nENTRY %main (r: s32[], x: {t}[{w},{h}]) -> {t}[{w},{h}] {{\n  %r = s32[] parameter(0)\n  %x = {t}[{w},{h}] parameter(1)\n"
+            f"  %z = {t}[] constant(0)\n  %loc = {t}[{w},{h}] reduce-window({t}[{w},{h}] %x, {t}[] %z), window={{size={w}x1 pad={pad}_0x0_0}}, to_apply=%add\n"
+            f"  %tot = {t}[{h}] reduce({t}[{w},{h}] %x, {t}[] %z), dimensions={{0}}, to_apply=%add\n  %tot1 = {t}[1,{h}] reshape({t}[{h}] %tot)\n"
+            f"  %ag = {t}[{c},{h}] all-gather({t}[1,{h}] %tot1), channel_id=1, replica_groups={_groups_text(g2)}, use_global_device_ids=true, dimensions={{0}}\n"
+            + mask + f"  %pre = {t}[{h}] reduce({t}[{c},{h}] %sel, {t}[] %z), dimensions={{0}}, to_apply=%add\n"
+            f"  %preb = {t}[{w},{h}] broadcast({t}[{h}] %pre), dimensions={{1}}\n  ROOT %out = {t}[{w},{h}] add({t}[{w},{h}] %loc, {t}[{w},{h}] %preb)\n}}\n")
+    rel = {"groups": groups, "inputs": [{"distributed": 0, "relation": "rank"}, {"baseline": 0, "distributed": 1, "relation": "sharded", "dim": 0}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 0}]}
+    form = f"cumsum {t}[{n}] c={c}: mask {tm} iota {direction} r as {conv}, gather over {g2} (groups {groups})"
+    return Program("window", form, base, dist, rel)
+
+
 FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "rankpos": rankpos,
     "argreduce": argreduce,
@@ -472,6 +512,7 @@ FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "padded": padded,
     "collectives": collectives,
     "vocab": vocab,
+    "window": window,
 }
 
 
