@@ -46,7 +46,10 @@ def causal_lm(ctx: BuildContext) -> Model:
     vocab, dim, ffn = ctx.knob("vocab", 64), ctx.knob("dim", 32), ctx.knob("ffn", 64)
     heads, kv_heads, layers = ctx.knob("heads", 8), ctx.knob("kv_heads", 4), ctx.knob("layers", 2)
     config_class, model_class = _FAMILIES[family]
-    extra: dict[str, Any] = {"num_local_experts": 4, "num_experts_per_tok": 2} if family == "mixtral" else {}
+    # Mixtral's experts as batched matmuls over the routed experts' weights (transformers'
+    # "batched_mm"): the default implementations sort or nonzero the routing, a data-dependent
+    # shape no traced program holds.
+    extra: dict[str, Any] = {"num_local_experts": 4, "num_experts_per_tok": 2, "experts_implementation": "batched_mm"} if family == "mixtral" else {}
     config = config_class(
         vocab_size=vocab, hidden_size=dim, intermediate_size=ffn, num_hidden_layers=layers,
         num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=64,

@@ -97,6 +97,10 @@ def declaring(world: int, groups: list[list[int]]) -> Iterator[None]:
         raise _declaration_error(f"parallelize_module: {first}; the plan names a module the model does not have (nothing would be parallelized there)", "entry")
 
 
+def text_of(tensor: Any) -> str:
+    return "(" + ", ".join(repr(p) for p in tensor.placements) + ")"
+
+
 def _placed(tensor: Any) -> Placed:
     import torch.distributed as dist
     from torch.distributed.tensor import Partial, Replicate, Shard
@@ -105,10 +109,13 @@ def _placed(tensor: Any) -> Placed:
     mesh = tensor.device_mesh
     kinds: list[tuple[str, int | None]] = []
     reduce = "sum"
+    split = 1
     for p in tensor.placements:
         if isinstance(p, _StridedShard):
-            raise _declaration_error(f"a DTensor is placed {p} (a strided shard, as FSDP x TP makes); no relation describes it", "entry")
-        if isinstance(p, Shard):
+            # rank r holds block r of each of split_factor equal blocks of the dim (placements.py)
+            kinds.append(("shard", p.dim))
+            split = int(p.split_factor)
+        elif isinstance(p, Shard):
             kinds.append(("shard", p.dim))
         elif isinstance(p, Replicate):
             kinds.append(("replicate", None))
@@ -119,8 +126,10 @@ def _placed(tensor: Any) -> Placed:
             raise _declaration_error(f"a DTensor is placed {p}, a placement no relation describes", "entry")
     names = mesh.mesh_dim_names or tuple(f"dim{i}" for i in range(mesh.ndim))
     groups = tuple(tuple(dist.get_process_group_ranks(mesh.get_group(i))) for i in range(mesh.ndim))
-    text = "(" + ", ".join(repr(p) for p in tensor.placements) + ")"
-    return Placed(tuple(kinds), groups, tuple(names), text, reduce)
+    text = text_of(tensor)
+    if split > 1 and sum(1 for kind, _ in kinds if kind != "replicate") > 1:
+        raise _declaration_error(f"a DTensor is placed {text_of(tensor)}: a strided shard next to other shards (FSDP x TP) has no relation here", "entry")
+    return Placed(tuple(kinds), groups, tuple(names), text, reduce, split)
 
 
 def _loss_targets() -> type:

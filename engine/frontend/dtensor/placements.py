@@ -14,7 +14,8 @@ names the tensor, its placements and both shapes:
 - a sharding over a mesh dim whose groups are not the model's (a ``(dp, tp)`` mesh with the
   model declared over the dp groups, or a mesh of a shape the configuration did not declare);
 - shards over two mesh dims at once (FSDP x TP), or a ``Partial`` parameter: no relation of
-  the verifier holds them;
+  the verifier holds them (a strided shard, ``_StridedShard(d, split_factor=k)``, over the one
+  sharding mesh dim is the ``blocks`` relation: k equal blocks of dim d, each sharded);
 - a local shape that is not the baseline's shape cut by the placement.
 
 This module is pure: the host (``host.py``) reads the placements off the DTensors into
@@ -47,6 +48,9 @@ class Placed:
     names: tuple[str, ...]
     text: str  # the placements as DTensor prints them, for messages and relations.yaml
     reduce: str = "sum"
+    # A strided shard (``_StridedShard(d, split_factor=k)``, transformers' packed gate/up): dim d
+    # is k equal blocks, each sharded on its own, and a rank holds its piece of each, in order.
+    split: int = 1
 
     def describe(self) -> str:
         mesh = ", ".join(f"{n}={len(g)}" for n, g in zip(self.names, self.groups, strict=True))
@@ -92,10 +96,15 @@ def param_relation(name: str, placed: Placed, full: tuple[int, ...], local: tupl
         raise PlacementError(f"{what} is {placed.describe()} but has {len(full)} dim(s) in the baseline ({list(full)})")
     if full[dim] % c:
         raise PlacementError(f"{what} is {placed.describe()}: dim {dim} of the baseline's {list(full)} ({full[dim]}) does not divide over the {c} ranks of mesh dim {placed.names[i]!r} (DTensor would give the ranks unequal pieces)")
+    blocks: tuple[int, ...] = ()
+    if placed.split > 1:
+        if full[dim] % (placed.split * c):
+            raise PlacementError(f"{what} is {placed.describe()}: dim {dim} of the baseline's {list(full)} ({full[dim]}) is not {placed.split} blocks that each divide over the {c} ranks")
+        blocks = (full[dim] // placed.split,) * placed.split
     want = tuple(n // c if k == dim else n for k, n in enumerate(full))
     if local != want:
         raise PlacementError(f"{what} is {placed.describe()}, so each rank should hold {list(want)} of the baseline's {list(full)}, but it holds {list(local)}")
-    return ParamRelation("sharded", dim, (), source)
+    return ParamRelation("sharded", dim, blocks, source)
 
 
 def output_relation(index: int, placed: Placed, full: tuple[int, ...], local: tuple[int, ...], groups: Sequence[Sequence[int]]) -> dict[str, object]:
