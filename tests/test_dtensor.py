@@ -42,6 +42,10 @@ def test_shard_replicate_and_2d_meshes_give_relations() -> None:
     # (dp, tp): replicated over dp, sharded over the tp dim whose group is the model's.
     two_d = _placed(("replicate", None), ("shard", 1), groups=((0, 2), (0, 1)), names=("dp", "tp"))
     assert param_relation("w", two_d, (32, 64), (32, 32), TP2).dim == 1
+    # transformers' packed gate/up: _StridedShard(1, split_factor=2) is two blocks, each sharded.
+    packed = Placed((("shard", 1),), ((0, 1, 2, 3),), ("tp",), "(_StridedShard(dim=1, sf=2))", split=2)
+    rel = param_relation("experts.gate_up_proj", packed, (4, 128, 32), (4, 32, 32), WORLD)
+    assert (rel.relation, rel.dim, rel.blocks) == ("sharded", 1, (64, 64))
     assert output_relation(0, _placed(("partial", None)), (2, 8), (2, 8), WORLD) == {"relation": "partial"}
     assert output_relation(0, _placed(("shard", 1)), (2, 8, 32), (2, 2, 32), WORLD) == {"relation": "sharded", "dim": 1}
 
