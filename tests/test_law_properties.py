@@ -13,13 +13,15 @@ from laws.families import FAMILIES, generate
 from laws.run import judge, tally
 
 COUNT = 24
+COUNTS = {"window": 12}  # its pairs take ~1 s each to verify (the cumsum laws saturate longer)
 SEED = 20261128
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_no_pair_that_differs_is_verified(family: str) -> None:
     pytest.importorskip("jax")
-    judged = [judge(p) for p in generate(family, COUNT, SEED)]
+    count = COUNTS.get(family, COUNT)
+    judged = [judge(p) for p in generate(family, count, SEED)]
     counts = tally(judged)
     print(family, dict(sorted(counts.items())))
     bad = [j for j in judged if j.unsound]
@@ -28,4 +30,4 @@ def test_no_pair_that_differs_is_verified(family: str) -> None:
     # (some pairs really differ, and the runtime executes nearly all of them).
     assert sum(v for k, v in counts.items() if k.startswith("verified/")) >= 2, counts
     assert sum(v for k, v in counts.items() if k.endswith("/differs")) >= 2, counts
-    assert sum(v for k, v in counts.items() if k.endswith("/error")) <= COUNT // 6, [j.detail for j in judged if j.equal is None]
+    assert sum(v for k, v in counts.items() if k.endswith("/error")) <= count // 6, [j.detail for j in judged if j.equal is None]
