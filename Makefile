@@ -9,7 +9,7 @@ $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch-xla pins torch exactly; PyPI's torch 2.9.0 brings its CUDA wheels (~3 min, ~7 GB).
-	$(BIN)/pip install -q -e '.[frontend,bot,dev,megatron,flax,dtensor,fairscale]'
+	$(BIN)/pip install -q -e '.[frontend,bot,dev,megatron,flax,dtensor,fairscale,deepspeed]'
 	touch $(STAMP)
 
 # The bot's test tools: Prism with GitHub's REST description (contract tests), marked (GFM
