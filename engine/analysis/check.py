@@ -99,7 +99,7 @@ def check_files(spec: RelationSpec, baseline: str | Path, distributed: str | Pat
                 return None
             folded.assumptions = _assumptions(spec, assumed)
             t = time.perf_counter()
-            witnessed = _witness(spec, folded, paths, witness, witness_options, folded_texts)
+            witnessed = _witness(spec, folded, paths, witness, witness_options, folded_texts, sourcemap)
             folded.timings["witness"] = time.perf_counter() - t
             status = (witnessed.witness or {}).get("status")
             return witnessed if witnessed.verdict == DIVERGED and status in ("confirmed", "unconfirmed") else None
@@ -116,12 +116,12 @@ def check_files(spec: RelationSpec, baseline: str | Path, distributed: str | Pat
     if witness == "never" or (witness == "auto" and result.verdict == VERIFIED):
         return result
     t = time.perf_counter()
-    result = _witness(spec, result, paths, witness, witness_options)
+    result = _witness(spec, result, paths, witness, witness_options, sourcemap=sourcemap)
     result.timings["witness"] = time.perf_counter() - t
     return result
 
 
-def _witness(spec: RelationSpec, result: Result, paths: dict[str, str], witness: str, witness_options: Any, segment_texts: dict[str, str] | None = None) -> Result:
+def _witness(spec: RelationSpec, result: Result, paths: dict[str, str], witness: str, witness_options: Any, segment_texts: dict[str, str] | None = None, sourcemap: SourceMap | None = None) -> Result:
     """witnessing.apply on the pair's executable texts; ``segment_texts`` (the folded texts of a
     folded run) are where a diverging instruction is cut out from, when it is there."""
     from . import witnessing
@@ -131,7 +131,7 @@ def _witness(spec: RelationSpec, result: Result, paths: dict[str, str], witness:
         texts = {side: executable_text(read_hlo(p), names) for side, p in paths.items()}
         options = witness_options() if callable(witness_options) else witness_options
         segments = {side: executable_text(text, names) for side, text in segment_texts.items()} if segment_texts else None
-        result = witnessing.apply(result, spec, paths, texts, witness, options, segments)
+        result = witnessing.apply(result, spec, paths, texts, witness, options, segments, sourcemap)
         if result.assumptions and result.witness and result.witness.get("command"):
             # (said even when the relations file states it too: the command works either way)
             result.witness["command"] += " --assume elided-constants"

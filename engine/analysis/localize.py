@@ -167,6 +167,12 @@ def _blame_average(spec: RelationSpec, g: Graphs, facts: Facts, d: dict[str, Any
     return blamed
 
 
+def divergence_entry(spec: RelationSpec, g: Graphs, facts: Facts, n: Node, sm: SourceMap) -> dict[str, Any]:
+    """The divergence entry of distributed instruction ``n`` (for numeric localization, which
+    finds a divergence where the rules had stopped relating anything)."""
+    return _divergence(spec, g, facts, n, sm)
+
+
 def _divergence(spec: RelationSpec, g: Graphs, facts: Facts, n: Node, sm: SourceMap) -> dict[str, Any]:
     src = sm.source(n.ins) if sm else from_metadata(n.ins)
     return {

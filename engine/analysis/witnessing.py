@@ -140,7 +140,7 @@ def _where(d: dict[str, Any]) -> str:
     return f"{src['file']}:{src['line']}" if src.get("file") else f"HLO line {d.get('hlo_line')}"
 
 
-def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict[str, str], mode: str = "auto", options: Any = None, segment_texts: dict[str, str] | None = None) -> Result:
+def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict[str, str], mode: str = "auto", options: Any = None, segment_texts: dict[str, str] | None = None, sourcemap: Any = None) -> Result:
     """Run the witness as ``mode`` asks and set ``result.witness`` (and the verdict it implies).
     ``segment_texts`` (a folded run's texts: the same instructions outside the folded layers,
     a fraction of the size) are tried first when a diverging instruction is cut out alone."""
@@ -148,7 +148,7 @@ def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict
         return result
     if result.verdict == VERIFIED and mode != "always":
         return result
-    from ..witness.pair import MemoryBudgetError, Probe, WitnessOptions, estimate_bytes
+    from ..witness.pair import MemoryBudgetError, Probe, WitnessOptions
     from ..witness.service import WitnessCrashed, call
 
     options = options or WitnessOptions()
@@ -177,9 +177,12 @@ def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict
     try:
         # The memory guard first, here: a pair above the budget (production size, megabytes of
         # text) is then never shipped to the worker only to be refused there.
-        need = estimate_bytes(texts["baseline"], texts["distributed"], sum(len(g) for g in spec.groups))
-        if need > options.memory_mb * 2**20:
-            raise MemoryBudgetError(need, options.memory_mb)
+        ranks = sum(len(g) for g in spec.groups)
+        floor = 2 * (_parameter_bytes(texts["baseline"]) + ranks * _parameter_bytes(texts["distributed"]))
+        if floor > options.memory_mb * 2**20:
+            # (a part of engine.witness's estimate, which counts parameters twice too: when it
+            # alone is above the budget the estimate is, so this is the same refusal, earlier)
+            raise MemoryBudgetError(floor, options.memory_mb)
         # In a worker process: XLA aborts the process on some texts it cannot compile.
         try:
             report = call("pair.witness", texts["baseline"], texts["distributed"], doc, options, probes)
@@ -229,11 +232,13 @@ def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict
             return result
         if result.verdict == DIVERGED:
             _label(result, probes, confirmed=True)
+            _past_gap(result, spec, texts, doc, options, sourcemap)
             result.reason += f"; confirmed numerically: {w['reason']}"
         elif gap:
             # Evidence in hand (contract: `diverged` needs a witness, and here it is): the
             # outputs differ, whatever the rules could not relate. The frontier says where.
             _label(result, probes, confirmed=True)
+            _past_gap(result, spec, texts, doc, options, sourcemap)
             result.verdict = DIVERGED
             result.reason = f"{_stop(result)}; confirmed numerically: {w['reason']}"
         elif result.verdict == UNSUPPORTED and result.unsupported:
@@ -264,6 +269,122 @@ def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict
     elif result.verdict in (UNSUPPORTED, INCONCLUSIVE):
         result.reason += f" ({equal})"
     return result
+
+
+_ENTRY_PARAMETER = re.compile(r"^\s*%?[\w.\-]+\s*=\s*([a-z][a-z0-9]*\[[0-9,]*\])(?:\{[^}]*\})?\s+parameter\(", re.MULTILINE)
+
+
+def _parameter_bytes(text: str) -> int:
+    """Bytes of the entry computation's array parameters (a lower bound of what executing the
+    program holds; tuple parameters are left out, so it stays one)."""
+    from ..witness.pair import _shape_bytes
+
+    start = text.find("\nENTRY")
+    return sum(_shape_bytes(m.group(1)) for m in _ENTRY_PARAMETER.finditer(text, start if start >= 0 else 0))
+
+
+# Localization past a gap: at most this many instructions past it are probed (one more run).
+PAST_GAP_PROBES = 64
+
+
+def _past_gap(result: Result, spec: RelationSpec, texts: dict[str, str], doc: dict[str, Any], options: Any, sourcemap: Any) -> None:
+    """The outputs differ but no frontier instruction does (each is a rule gap: its values hold,
+    or were not checked): the difference arises past the gap, where the rules had stopped
+    relating anything. The instructions past it that feed a failing output are given baseline
+    counterparts — the baseline instruction of the same opcode reading the counterparts of their
+    operands (proven partners, the gap's counterpart, or counterparts found so far), or for a
+    failing output, the baseline output — and probed in one more run; the first, in program
+    order, whose values differ becomes the first divergence. Nothing found: the frontier stays
+    as it is (the witness still shows the outputs differ)."""
+    if result.context is None or not result.divergences or any(d.get("numeric") and not d["numeric"]["holds"] for d in result.divergences):
+        return
+    from ..sourcemap import SourceMap
+    from ..witness.pair import Probe
+    from ..witness.service import call
+    from .facts import ancestors, related
+    from .localize import divergence_entry
+
+    g, facts = result.context
+    failing = {g.by_name[("distributed", o["distributed"].lstrip("%"))]: o for o in result.outputs if not o.get("ok") and ("distributed", o["distributed"].lstrip("%")) in g.by_name}
+    gaps = [g.by_name[("distributed", d["instruction"].lstrip("%"))] for d in result.divergences if ("distributed", d["instruction"].lstrip("%")) in g.by_name]
+    if not failing or not gaps:
+        return
+    live = ancestors(g, list(failing), through=lambda n: not related(facts, n))
+    users: dict[int, list[int]] = {}
+    for n in g.nodes:
+        if n.side == "distributed":
+            for o in n.operands:
+                users.setdefault(o, []).append(n.gid)
+    past = set(gaps)
+    stack = list(gaps)
+    while stack:
+        for u in users.get(stack.pop(), []):
+            if u in live and u not in past:
+                past.add(u)
+                stack.append(u)
+    # Counterparts: proven partners first, then each gap's, then structural matches in order.
+    partner: dict[int, int] = {}
+    for d in result.divergences:
+        gid = g.by_name.get(("distributed", d["instruction"].lstrip("%")))
+        c = _counterpart(d)
+        if gid is not None and c and ("baseline", c) in g.by_name:
+            partner[gid] = g.by_name[("baseline", c)]
+
+    def partners(o: int) -> set[int]:
+        if o in partner:
+            return {partner[o]}
+        return {m for f in facts.by_dist.get(o, []) if f.baseline >= 0 for m in facts.members.get(f.baseline, []) if g.nodes[m].side == "baseline"}
+
+    by_opcode: dict[str, list[int]] = {}
+    for n in g.nodes:
+        if n.side == "baseline":
+            by_opcode.setdefault(n.ins.opcode, []).append(n.gid)
+    probes: list[Any] = []
+    for gid in sorted(past - set(gaps)):
+        n = g.nodes[gid]
+        if gid in failing:
+            o = failing[gid]
+            partner[gid] = g.by_name[("baseline", o["baseline"].lstrip("%"))]
+        else:
+            ops = [partners(o) for o in n.operands]
+            found = [b for b in by_opcode.get(n.ins.opcode, []) if len(g.nodes[b].operands) == len(ops) and all(bo in po for bo, po in zip(g.nodes[b].operands, ops, strict=True))]
+            if len(found) != 1:
+                continue
+            partner[gid] = found[0]
+        if len(probes) >= PAST_GAP_PROBES:
+            break
+        name, bname = n.ins.name, g.nodes[partner[gid]].ins.name
+        if gid in failing:
+            entry = next((e for e in doc["outputs"] if e.get("distributed") == failing[gid]["index"]), None)
+            cands = [{k: v for k, v in entry.items() if k not in ("baseline", "distributed")}] if entry else []
+        else:
+            cands, unknown = probe_relations(result, spec, name, bname)
+            if unknown:
+                continue
+        probes.append(Probe(name, bname, relations=cands))
+    if not probes:
+        return
+    try:
+        report = call("pair.witness", texts["baseline"], texts["distributed"], doc, options, probes)
+    except Exception:  # a location aid only: the verdict is confirmed already
+        return
+    first = next((p for p in report.probes if p.holds is False), None)
+    if first is None:
+        return
+    n = g.nodes[g.by_name[("distributed", first.distributed)]]
+    gap = result.divergences[0]
+    entry = divergence_entry(spec, g, facts, n, sourcemap if sourcemap is not None else SourceMap())
+    entry["cause"] = (f"the witness finds this {n.ins.opcode}'s values different from the baseline's %{first.baseline} ({first.detail}): the first instruction past the rule gap at "
+                      f"{gap['instruction']} ({_where(gap)}) whose values differ (the rules stopped there; {len(report.probes)} instruction(s) past it compared)")
+    entry["kind"] = "divergence"
+    entry["numeric"] = {"holds": False, "detail": first.detail}
+    entry["past_gap"] = gap["instruction"]
+    entry["hint"] = None
+    entry["outputs"] = [o["index"] for gid, o in failing.items() if n.gid in ancestors(g, [gid])]
+    for d in result.divergences:  # where the rules stopped: no difference shown there
+        if d.get("kind") != "rule-gap":
+            as_gap(d, f"the witness finds the first difference past it, at {entry['instruction']} ({_where(entry)})")
+    result.divergences.insert(0, entry)
 
 
 def _unsupported_divergence(u: dict[str, Any], texts: dict[str, str], outputs: list[int]) -> dict[str, Any]:
