@@ -41,6 +41,7 @@ def _declare(request: common.BuildRequest, fn: Any, rank: int, world: int) -> An
 
     backend.start(rank, world)
     shims.setup_megatron_rng()
+    shims.host_deepspeed()
     ctx = common.BuildContext(request.name, request.c, request.groups, request.variant, request.size)
     try:
         with common.meta_device(), shims.cuda_as_xla(meta=True), declaring(world, request.groups):

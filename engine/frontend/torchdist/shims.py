@@ -6,13 +6,15 @@
   index_put with a boolean mask has a data-dependent shape and crashes the lowering;
 - a CPU tensor moved to the XLA device inside forward becomes a constant of the program, not
   a parameter nobody declared;
-- Megatron's CUDA RNG tracker is set up (its states live on the CPU here).
+- Megatron's CUDA RNG tracker is set up (its states live on the CPU here);
+- DeepSpeed's communication backend starts without its shared-memory CPU kernel.
 
 Everything is undone when the context exits.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -174,3 +176,14 @@ def setup_megatron_rng(seed: int = 1234) -> None:
     tracker.reset()
     for offset, name in enumerate((mrandom._MODEL_PARALLEL_RNG_TRACKER_NAME, mrandom._EXPERT_PARALLEL_RNG_TRACKER_NAME, mrandom._DATA_PARALLEL_RNG_TRACKER_NAME)):
         tracker.add(name, seed + 2718 + offset)
+
+
+def host_deepspeed() -> None:
+    """``deepspeed.init_distributed()`` over the started ``torch.distributed``, without the
+    shared-memory kernel DeepSpeed's CPU accelerator JIT-compiles for it (~85 s with a C++
+    compiler, a failure without one). The kernel moves data between processes of one host; a
+    build moves none: every collective is an XLA collective of the traced program. Patched only
+    when DeepSpeed is already imported (the entry's module imports it)."""
+    module = sys.modules.get("deepspeed.comm.torch")
+    if module is not None and hasattr(module, "build_shm_op"):
+        module.build_shm_op = lambda: None
