@@ -126,3 +126,53 @@ def test_jax_models_load_without_groups() -> None:
     assert {(m.framework, m.devices, tuple(map(tuple, m.groups))) for m in config.models} == {("jax", 4, ())}
     assert os.path.basename(config.display_path) == ".shardproof.yml"
 
+
+
+FSDP = '''
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from shardproof.engine.frontend.jax.declare import JaxContext, JaxModel
+
+
+def mlp(params, x):
+    return jnp.tanh(x @ params["up"]) @ params["down"]
+
+
+def _decl(ctx: JaxContext, state):
+    mesh = ctx.mesh({"data": 2, "model": 2})
+    params = {"up": jax.ShapeDtypeStruct((16, 32), jnp.float32, sharding=NamedSharding(mesh, P("data", "model"))),
+              "down": jax.ShapeDtypeStruct((32, 16), jnp.float32, sharding=NamedSharding(mesh, P("model", "data")))}
+    x = jax.ShapeDtypeStruct((4, 16), jnp.float32, sharding=NamedSharding(mesh, P("data", None)))
+    return JaxModel(mlp, mlp, mesh, [params, x], outputs=[P("data", None)], group_axes=("model",), gspmd=True, state=state)
+
+
+def as_data(ctx: JaxContext) -> JaxModel:
+    return _decl(ctx, None)
+
+
+def as_state(ctx: JaxContext) -> JaxModel:
+    return _decl(ctx, [0])
+'''
+
+
+def test_fsdp_in_plain_jax_is_declared_as_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FSDP x TP in plain JAX (NamedShardings, no flax): weights split over 'data' as well as
+    'model' verify once declared model state (state=[0]); declared as data, the baseline gets
+    one group's part of each weight and the build failure says what to declare."""
+    (tmp_path / "fsdp.py").write_text(FSDP)
+    (tmp_path / ".shardproof.yml").write_text(
+        "version: 1\nframework: jax\ndefaults: {devices: 4}\nmodels:\n"
+        "  - {name: as_data, entry: 'fsdp:as_data'}\n  - {name: as_state, entry: 'fsdp:as_state'}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    doc = run_models(tmp_path / ".shardproof.yml", tmp_path / "out")
+    by = {m["name"]: m for m in doc["models"]}
+    assert by["as_state"]["status"] == "verified", by["as_state"]
+    relations = (tmp_path / "out" / "as_state" / "relations.yaml").read_text()
+    assert relations.count("gathered") == 2
+    assert by["as_data"]["status"] == "build-failed"
+    assert "dot_general requires contracting dimensions to have the same shape" in by["as_data"]["build"]["error"]
+    assert "declare it model state: JaxModel(state=[argument index])" in by["as_data"]["build"]["error"]

@@ -187,7 +187,16 @@ def build_one(model: JaxModel, name: str, out: Path, dump: Path) -> None:
     base_args = rebuild([jax.ShapeDtypeStruct(s, leaf.dtype) for s, leaf in zip(d["base_shapes"], leaves, strict=True)])
     dist_args = rebuild([jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=NamedSharding(model.mesh, P(*leaf.spec))) for leaf in leaves])
     # keep_unused: every leaf stays a parameter, so parameter i is leaf i in both programs.
-    base_lowered = jax.jit(model.baseline, keep_unused=True).lower(*base_args)
+    try:
+        base_lowered = jax.jit(model.baseline, keep_unused=True).lower(*base_args)
+    except Exception as e:
+        halved = [leaf.name for leaf, entry in zip(leaves, d["inputs"], strict=True)
+                  if not leaf.state and any(a not in d["group_axes"] for x in leaf.spec for a in _axes_of(x))]
+        if halved:
+            # The usual cause: an FSDP weight declared as data, so the baseline got one group's part.
+            e.add_note(f"{name}: the baseline received one data-parallel group's part of {', '.join(halved)} (split over a non-group axis); "
+                       "if one is a weight gathered whole inside the program (FSDP), declare it model state: JaxModel(state=[argument index]) or JaxInput(state=True)")
+        raise
     base_out, out_tree = jax.tree_util.tree_flatten(base_lowered.out_info)
     try:
         out_specs = output_specs(model.outputs, len(base_out), model.mesh, rules)
