@@ -159,6 +159,10 @@ def test_flax_trees_give_their_shardings() -> None:
     leaves, rebuild = flatten([module], mesh, rules)
     assert [(lf.name, lf.shape, lf.spec, lf.state) for lf in leaves] == [("args[0].w.kernel", (4, 8), ("data", "model"), True)]
     assert isinstance(rebuild([jax.ShapeDtypeStruct((4, 8), "float32")])[0].w.kernel, nnx.Variable)
+    # nnx's functional form: the State of nnx.split carries the same metadata.
+    _, state = nnx.split(module)
+    leaves, _ = flatten([state], mesh, rules)
+    assert [(lf.name, lf.spec, lf.state) for lf in leaves] == [("args[0].w.kernel", ("data", "model"), True)]
 
 
 def test_examples_jax_table_as_declared(tmp_path: Path) -> None:
