@@ -442,6 +442,38 @@ def _squeeze_unit_operand(ins: Instruction, src: Instruction, squeezes: dict[str
     ins.operands = [squeezes[src.name].name]
 
 
+def flat_row_slices(comp: Computation) -> Computation:
+    """reshape(slice(reshape(x) to [N]), [a:b]) back to [m, *x.dims[1:]] becomes the slice of x
+    along dim 0, [a/k : b/k] with k = prod(x.dims[1:]), when k divides a and b. In row-major
+    order the flat elements [a, b) are exactly rows a/k .. b/k - 1 of x, and the reshape lays
+    them out as those rows again: the same values for every dtype (nothing is computed).
+    torch-xla lowers a view through ``as_strided`` this way (``torch.chunk`` of an all-gathered
+    tensor in DTensor's Shard(d) -> Replicate), where a plain chunk is a slice."""
+    by = {i.name: i for i in comp.instructions}
+    changed = False
+    out: list[Instruction] = []
+    for ins in comp.instructions:
+        sl = by.get(ins.operands[0]) if ins.opcode == "reshape" and ins.operands else None
+        flat = by.get(sl.operands[0]) if sl is not None and sl.opcode == "slice" and sl.operands else None
+        x = by.get(flat.operands[0]) if flat is not None and flat.opcode == "reshape" and flat.operands else None
+        if sl is None or flat is None or x is None or x.shape.is_tuple or flat.shape.rank != 1 or x.shape.rank < 1:
+            out.append(ins)
+            continue
+        (a, b, stride), = sl.parsed.get("slice", [(0, 0, 0)])
+        k = 1
+        for n in x.shape.dims[1:]:
+            k *= n
+        rows = (b - a) // k if k else 0
+        if stride != 1 or k == 0 or a % k or b % k or rows < 1 or tuple(ins.shape.dims) != (rows, *x.shape.dims[1:]) or ins.shape.dtype != x.shape.dtype:
+            out.append(ins)
+            continue
+        bounds = [(a // k, b // k, 1)] + [(0, n, 1) for n in x.shape.dims[1:]]
+        text = "{" + ", ".join(f"[{lo}:{hi}]" for lo, hi, _ in bounds) + "}"
+        out.append(replace(ins, opcode="slice", operands=[x.name], attrs={**ins.attrs, "slice": text}, parsed={**ins.parsed, "slice": bounds}))
+        changed = True
+    return Computation(comp.name, out, comp.is_entry, comp.loc) if changed else comp
+
+
 def unmerge_batch_dots(comp: Computation) -> Computation:
     """dot(reshape(x), reshape(y)) whose one batch dim is the merge of x's and y's two leading
     dims becomes reshape(dot(x, y) with two batch dims). Both graphs merge heads into the batch
@@ -567,7 +599,7 @@ def normalize(module: Module, tokens: frozenset[str] = frozenset()) -> Module:
     module.computations[module.entry_name] = Computation(entry.name, [_copy(i) for i in entry.instructions], entry.is_entry, entry.loc)
     classify_reducers(module)
     entry = strip_tokens(module.entry, tokens)
-    for step in (split_tuples, unit_group_collectives, fold_noops, unit_dim_broadcasts, unmerge_batch_dots, fold_noops, dce):
+    for step in (split_tuples, unit_group_collectives, fold_noops, flat_row_slices, unit_dim_broadcasts, unmerge_batch_dots, fold_noops, dce):
         entry = step(entry)
     module.computations[module.entry_name] = entry
     return module
