@@ -53,3 +53,23 @@ def test_removed_lines_carry_their_old_numbers_and_where_they_sat() -> None:
     # A pure deletion's header "+N,0" names the line before the gap.
     _, _, _, deleted, _ = parse_patch_lines("@@ -22,1 +21,0 @@\n-        out = all_reduce(out, self.groups)\n")
     assert deleted == ((22, 22, "        out = all_reduce(out, self.groups)"),)
+
+
+def test_a_rank_specific_model_blocks_at_its_line(tmp_path: Path) -> None:
+    """An int-rank model whose ranks run different code (frontend/torchdist/lift.py) is a finding
+    at the Python line that differs, and fails the gate like a divergence."""
+    from shardproof.bot.app import blocking
+    from shardproof.bot.diff import DiffIndex
+    from shardproof.bot.findings import collect, gate, load_run, place
+
+    (tmp_path / "layers.py").write_text("a = 1\nself.vocab_start_index = 33\n")
+    entry = {"name": "vocab", "status": "rank-specific", "build": {}, "artifacts": {},
+             "result": {"verdict": "verified", "outputs": [], "divergences": []},
+             "rank_specific": [{"instruction": "%constant.3", "where": "layers.py:2", "ranks": [2], "message": "self.vocab_start_index = 33 on rank 2 where 16·r+0 gives 32"}]}  # fmt: skip
+    run = load_run({"version": 1, "repository_root": ".", "models": [entry]})
+    assert run.overall() == "rank-specific" and gate(run, "diverged") == ("failure", 1)
+    [f] = collect(run, str(tmp_path))
+    assert f.verdict_class == "rank-specific" and f.source is not None and (f.source.path, f.source.line) == ("layers.py", 2)
+    assert blocking(run, [f])
+    p = place([f], DiffIndex.from_entries([{"filename": "layers.py", "status": "modified", "patch": "@@ -1,2 +1,2 @@\n a = 1\n-x\n+self.vocab_start_index = 33\n"}]), "added", 30)
+    assert [g[0].anchor for g in p.inline] == [f.source] and f.on_change
