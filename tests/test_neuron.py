@@ -252,3 +252,18 @@ def test_the_assumption_equates_namesakes_only(tmp_path: Path) -> None:
     (tmp_path / "d.hlo").write_text(_two_constants("c1", 2).replace("%c1 = f32[16]{0}", "%c1 = f32[16,1]{1,0}").replace("broadcast(%c1), dimensions={1}", "broadcast(%c1), dimensions={1,0}").replace("%cb = f32[2,16]{1,0} broadcast(%c1), dimensions={1,0}", "%c1r = f32[16]{0} reshape(%c1)\n  %cb = f32[2,16]{1,0} broadcast(%c1r), dimensions={1}"))
     result = check_files(load_relations(tmp_path / "r.yaml"), tmp_path / "b.hlo", tmp_path / "d.hlo", witness="never")
     assert result.verdict == "unsupported" and "%c1 is f32[16,1], the baseline's is f32[16]" in result.reason
+
+
+def test_a_neuron_decoder_is_cut_at_its_layers() -> None:
+    from shardproof.engine.hlo.flavours import neuron_layers
+
+    module = parse_hlo(BASE.read_text(), "tp1_layer1.hlo")
+    labelled = neuron_layers(module)
+    norms = [i for i in labelled.entry.instructions if i.parsed.get("custom_call_target") == "AwsNeuronRmsNorm"]
+    # attention and MLP norm of layer 0, then the final norm of the head
+    assert [i.metadata.op_name.split("/")[0] for i in norms] == ["layers.0", "layers.0", "layers.1"]
+    assert all(not i.metadata.op_name for i in module.entry.instructions)  # the input is not changed
+    assert neuron_layers(labelled) is labelled  # a program that names its layers keeps them
+    spec = load_relations(DATA / "tp8_layer1.relations.yaml")
+    result = check_files(spec, BASE, DATA / "tp8_layer1.hlo", witness="never")
+    assert result.verdict == "verified" and result.stats["segments"] == 3 and result.stats["saturated"]

@@ -442,6 +442,7 @@ def flatten(module: Module) -> Module:
     """A new module whose entry computation has no call, fusion, known-trip-count while or
     device-id instruction (see the module doc). The input module is not changed."""
     reject_global(module)
+    module = neuron_layers(module)
     entry = module.entry
     if not any(i.opcode in ("call", "fusion", "while", "partition-id", "replica-id", "bitcast", "copy") or i.opcode in GROUPED or i.opcode in CHANNELED for i in entry.instructions):
         return module
@@ -568,3 +569,34 @@ def _rmsnorm(ins: Instruction, by: dict[str, Instruction], used: set[str]) -> li
     weighted = emit("weighted", "multiply", shp(full), [scaled, emit("wb", "broadcast", shp(full), [wf], {"dimensions": "{" + str(d) + "}"})])
     seq.append(replace(ins, opcode="convert", operands=[weighted], attrs=meta, parsed={}))
     return seq
+
+
+def neuron_layers(module: Module) -> Module:
+    """Layer names for a Neuron decoder, whose metadata names no module path (so the verifier
+    would prove all its layers in one e-graph, its depth growing with the layer count). Each
+    transformers-neuronx decoder layer opens with two ``AwsNeuronRmsNorm`` calls (attention,
+    MLP) and the head with one more: the call that is the n-th norm on its longest path from the
+    inputs gets ``op_name`` ``layers.<(n-1)//2>/``, and every other instruction inherits its
+    operands' layer (analysis/partition). Only where the program names no layers itself and
+    has at least two such calls. A layer name only decides where the verifier cuts, which can
+    cost a proof, never make one (analysis/partition's cuts carry only proven facts); baseline
+    and distributed are labelled by the same count, so their layers pair up. The input module
+    is not changed."""
+    entry = module.entry
+    if sum(1 for i in entry.instructions if i.opcode == "custom-call" and i.parsed.get("custom_call_target") == NEURON_RMSNORM) < 2:
+        return module
+    if any(_LAYER.search(i.metadata.op_name) for c in module.computations.values() for i in c.instructions):
+        return module
+    depth: dict[str, int] = {}
+    out: list[Instruction] = []
+    for ins in entry.instructions:
+        d = max((depth.get(o, 0) for o in ins.operands), default=0)
+        if ins.opcode == "custom-call" and ins.parsed.get("custom_call_target") == NEURON_RMSNORM:
+            d += 1
+            ins = replace(ins, metadata=replace(ins.metadata, op_name=f"layers.{(d - 1) // 2}/{ins.metadata.op_name}"))
+        depth[ins.name] = d
+        out.append(ins)
+    new = copy.copy(module)
+    new.computations = dict(module.computations)
+    new.computations[module.entry_name] = Computation(entry.name, out, entry.is_entry, entry.loc)
+    return new
