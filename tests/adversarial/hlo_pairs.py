@@ -507,6 +507,20 @@ _DUS_REL = _rel([SHARD0, "{distributed: 1, relation: rank}"], [DUP_OUT])
 
 
 # (description, baseline, distributed, relations[, oracle baseline, oracle distributed])
+def _regression(name: str, twin: tuple[str, str, str] | None = None) -> tuple[str, str, str]:
+    """(baseline, distributed, relations) of tests/soundness_regressions/<name> (issue 23's holes),
+    or its correct twin: ``twin = (side, old, new)`` replaces one text on one side."""
+    from pathlib import Path
+
+    d = Path(__file__).resolve().parents[1] / "soundness_regressions" / name
+    base, dist, rel = ((d / f).read_text() for f in ("baseline.hlo", "distributed.hlo", "relations.yaml"))
+    if twin is not None:
+        side, old, new = twin
+        assert old in (base if side == "baseline" else dist), (name, old)
+        base, dist = (base.replace(old, new), dist) if side == "baseline" else (base, dist.replace(old, new))
+    return base, dist, rel
+
+
 PAIRS: dict[str, tuple[str, ...]] = {
     "c_hlo_iota_replica_groups": ("sum over a sharded dim, all-reduce with iota replica groups [1,4]<=[4]", _SUM_BASE, _sum_dist("[1,4]<=[4]"), _rel([SHARD0], [DUP_OUT])),
     "c_hlo_reordered_groups_ar": ("sum over a sharded dim, all-reduce over {{3,1,0,2}}", _SUM_BASE, _sum_dist("{{3,1,0,2}}"), _rel([SHARD0], [DUP_OUT])),
@@ -554,4 +568,14 @@ PAIRS: dict[str, tuple[str, ...]] = {
     "b_hlo_elided_gather_indices": ("row permutation by a constant index table, reversed vs rotated, both printed {...}",
                                     _perm_gather("{...}"), _perm_dist("{...}"), _PERM_REL,
                                     _perm_gather(_REV16), _perm_dist(_ROT16)),
+    # Issue 23: narrow integer iotas and declared ranges on padded inputs.
+    "b_hlo_s8_positions_wrap": ("positions from an s8 iota of 256 (wraps at 128) widened and masked >= 0", *_regression("s8_iota_positions_wrap")),
+    "c_hlo_s16_positions": ("positions from an s16 iota of 256 widened and masked >= 0 (every position kept)",
+                            *_regression("s8_iota_positions_wrap", ("baseline", "s8[256]", "s16[256]"))),
+    "b_hlo_u8_argmax_index_wraps": ("vocab-parallel argmax against a baseline whose index table is a u8 iota of 512", *_regression("u8_argmax_index_wraps")),
+    "c_hlo_s16_argmax_index": ("vocab-parallel argmax against a baseline with an s16 index table of 512",
+                               *_regression("u8_argmax_index_wraps", ("baseline", "u8", "s16"))),
+    "b_hlo_padded_guard_trips_on_tail": ("where(w < 1, 7, w) on padded counts in [1, 10): the zero tail becomes 7", *_regression("padded_int_range_on_tail")),
+    "c_hlo_padded_guard_passes_tail": ("where(w < 0, 7, w) on padded counts in [1, 10): the zero tail passes",
+                                       *_regression("padded_int_range_on_tail", ("distributed", "%one = s32[] constant(1)", "%one = s32[] constant(0)"))),
 }
