@@ -124,7 +124,8 @@ def test_dropped_reduction_is_diverged_at_the_patched_hook(report: tuple[dict[st
     result = model["result"]
     assert model["status"] == "diverged" and result["witness"]["status"] == "confirmed", result["reason"]
     source = result["divergences"][0]["source"]
-    assert (source["file"], source["line"]) == ("examples/dtensor/models.py", 110), source
+    # the attention output (a row-parallel wo) reaches the residual add unreduced
+    assert (source["file"], source["line"]) == ("examples/dtensor/models.py", 109), source
 
 
 @pytest.mark.parametrize(

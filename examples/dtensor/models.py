@@ -7,7 +7,9 @@ declared ``rank: int`` (DTensor reads the rank from the process group); no plan 
 the relations of the parameters come from their DTensor placements.
 
 Bug variants change one line of the parallelization, each marked ``# BUG-SITE: <variant>``,
-the way a wrong edit to a plan or a patched helper would.
+the way a wrong edit to a plan or a patched helper would. A plan's styles run as hooks around
+the modules they name, so a plan bug is reported where its wrong value is first used (the
+module's caller), not at the plan line.
 """
 
 from __future__ import annotations
@@ -165,8 +167,6 @@ def block_plan(sequence_parallel: bool, variant: str | None = None) -> dict[str,
         plan["ffn_norm"] = SequenceParallel()
     if variant == "wrong_output_layouts":
         plan["feed_forward.w2"] = RowwiseParallel(output_layouts=Partial())  # BUG-SITE: wrong_output_layouts
-    if variant == "wrong_input_layouts":
-        plan["attention"] = PrepareModuleInput(input_layouts=(Replicate(),), desired_input_layouts=(Replicate(),))  # BUG-SITE: wrong_input_layouts
     return plan
 
 
@@ -185,10 +185,7 @@ def mlp(ctx: BuildContext) -> Model:
     def distributed(rank: int) -> nn.Module:
         dtensor_bugs.apply(ctx.variant)
         mesh = mesh_1d(ctx, device)
-        up, down = ColwiseParallel(), RowwiseParallel()
-        if ctx.variant == "style_swapped":
-            up, down = RowwiseParallel(), ColwiseParallel()  # BUG-SITE: style_swapped
-        return parallelize_module(MLP(dim, hidden), mesh, {"up": up, "down": down})
+        return parallelize_module(MLP(dim, hidden), mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
 
     return Model(baseline=MLP(dim, hidden), distributed=distributed, inputs=[Input("x", (2, 8, dim))])
 
@@ -233,8 +230,7 @@ class ManualRowwise(nn.Module):
         partial = h @ self.down.to_local().t()
         if self.variant == "bias_before_reduce":
             partial = partial + self.bias.to_local()  # BUG-SITE: bias_before_reduce
-        dim = 0 if self.variant == "wrong_mesh_dim" else 1  # BUG-SITE: wrong_mesh_dim
-        out = all_reduce(partial, "sum", (self.mesh, dim))
+        out = all_reduce(partial, "sum", (self.mesh, 0 if self.variant == "wrong_mesh_dim" else 1))  # BUG-SITE: wrong_mesh_dim
         if self.variant != "bias_before_reduce":
             out = out + self.bias.to_local()
         return DTensor.from_local(out, self.mesh, [Replicate(), Replicate()]).full_tensor()
