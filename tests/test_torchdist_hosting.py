@@ -79,18 +79,20 @@ def test_fairscale_on_meta_and_megatron_default_init_verify(tmp_path: Path) -> N
 
 
 def _metadata_names_the_source_map(folder: Path) -> None:
-    """Every instruction's HLO metadata names the source map's line, never the front end's own
-    files (the shims' TorchFunctionMode is the innermost Python frame of every op it forwards)."""
+    """No instruction's HLO metadata names the front end's own files (the shims'
+    TorchFunctionMode is the innermost Python frame of every op it forwards): where it did, it
+    names the source map's line; elsewhere it stays what torch-xla wrote (a torch frame)."""
     text = (folder / "distributed.hlo").read_text()
     assert "engine/frontend" not in text and "shims.py" not in text
     frames = json.loads((folder / "sourcemap.json").read_text())["instructions"]
-    checked = 0
+    same = 0
     for m in re.finditer(r'^\s+(?:ROOT )?%(\S+) = .*source_file="([^"]*)" source_line=(\d+)', text, re.M):
         first = (frames.get(m.group(1)) or {}).get("frames") or []
-        if first:
-            assert (m.group(2), int(m.group(3))) == (first[0]["file"], first[0]["line"]), m.group(0)[:200]
-            checked += 1
-    assert checked > 100
+        if first and (m.group(2), int(m.group(3))) == (first[0]["file"], first[0]["line"]):
+            same += 1
+        else:
+            assert m.group(2).startswith("<site-packages>/torch/"), m.group(0)[:200]
+    assert same > 100
 
 
 @needs

@@ -527,8 +527,9 @@ def capture(
 
     # torch-xla writes the innermost Python frame into each instruction's metadata, which under
     # a front end's TorchFunctionMode (torchdist's shims) is the mode's own line for every op.
-    # The text names instead what the source map names (its innermost user frame) or, without
-    # one, the innermost frame outside the excluded files (a library's), or nothing.
+    # Where that frame is an excluded file, the text names instead what the source map names
+    # (its innermost user frame) or, without one, the innermost frame outside the excluded
+    # files (a library's), or nothing.
     shown_frame: dict[int, tuple[str, int] | None] = {}
 
     def outside_excluded(frame_id: int) -> tuple[str, int] | None:
@@ -560,10 +561,10 @@ def capture(
             instructions[instruction["name"]] = entry
             first = entry["frames"][0] if entry["frames"] else None
             located[instruction["name"]] = (first["file"], first["line"]) if first else outside_excluded(frame_id)
-    text = _located(text, instructions, located)
     # Hidden files as the text names them: the verifier skips them in HLO metadata as well (an
     # instruction the map lacks, e.g. one part of a split all-reduce, falls back to metadata).
     hidden = sorted({show(path) for path in excluded})
+    text = _located(text, located, frozenset(hidden))
     sourcemap = {"version": SOURCEMAP_VERSION, "instructions": instructions, "hidden": hidden}
     return Capture(text, sourcemap, parameter_shapes, context)
 
@@ -571,14 +572,20 @@ def capture(
 _LOCATION_RE = re.compile(r' source_file="[^"]*" source_line=\d+| source_file="[^"]*"| source_line=\d+')
 
 
-def _located(text: str, instructions: dict[str, Any], located: dict[str, tuple[str, int] | None]) -> str:
-    """``text`` with each instruction's ``source_file``/``source_line`` set to ``located``'s
-    (removed where it is None), so that a reader of the metadata alone names the line the source
-    map names."""
+def _located(text: str, located: dict[str, tuple[str, int] | None], hidden: frozenset[str]) -> str:
+    """``text`` where an instruction's metadata names a ``hidden`` file: its
+    ``source_file``/``source_line`` set to ``located``'s (removed where it is None), so that a
+    reader of the metadata alone names the line the source map names. Metadata naming any other
+    file is left as torch-xla wrote it."""
+    if not hidden:
+        return text
     lines = text.split("\n")
     for i, line in enumerate(lines):
         m = _INSTRUCTION_RE.match(line)
-        if m is None or m.group(1) not in instructions or "metadata={" not in line:
+        if m is None or m.group(1) not in located or "metadata={" not in line:
+            continue
+        named = _SOURCE_FILE_RE.search(line)
+        if named is None or named.group(1) not in hidden:
             continue
         place = located.get(m.group(1))
         where = f' source_file="{place[0]}" source_line={place[1]}' if place else ""
