@@ -97,6 +97,22 @@ def test_another_operator_on_one_rank_is_switched_by_rank_and_executes_as_that_r
     assert (abs(dist[:, 2] - base[:, 2]) > 1e-3).all() and abs(dist[:, [0, 1, 3]] - base[:, [0, 1, 3]]).max() < 1e-5
 
 
+def test_a_round_trip_read_by_a_tuple_typed_instruction_is_rewritten_there_too() -> None:
+    from shardproof.engine.frontend.torchdist.lift import _drop_round_trips
+
+    lines = [
+        "  %p.1 = f32[1,4,2]{2,1,0} parameter(0)",
+        "  %reshape.2 = f32[4,2]{1,0} reshape(f32[1,4,2]{2,1,0} %p.1)",
+        "  %reshape.3 = f32[1,4,2]{2,1,0} reshape(f32[4,2]{1,0} %reshape.2)",
+        "  %s.4 = f32[4]{0} parameter(1)",
+        "  %bn.5 = (f32[1,4,2]{2,1,0}, f32[4]{0}, f32[4]{0}) batch-norm-training(f32[1,4,2]{2,1,0} %reshape.3, f32[4]{0} %s.4, f32[4]{0} %s.4), epsilon=1e-05, feature_index=1",
+        "  ROOT %g.6 = f32[1,4,2]{2,1,0} get-tuple-element((f32[1,4,2]{2,1,0}, f32[4]{0}, f32[4]{0}) %bn.5), index=0",
+    ]
+    kept, removed = _drop_round_trips(lines)
+    assert removed == 2 and "batch-norm-training(f32[1,4,2]{2,1,0} %p.1, " in kept[2]
+    assert not any("%reshape." in x for x in kept)
+
+
 def test_programs_that_cannot_be_lifted_into_one_are_not_faithful() -> None:
     texts = [_gather_program(r, 2) for r in range(4)]
     texts[3] = texts[3].replace("  %exponential.2", "  %negate.99 = f32[2,1]{1,0} negate(f32[2,1]{1,0} %p0.1)\n  %exponential.2")

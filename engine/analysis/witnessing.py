@@ -232,13 +232,13 @@ def apply(result: Result, spec: RelationSpec, paths: dict[str, str], texts: dict
             return result
         if result.verdict == DIVERGED:
             _label(result, probes, confirmed=True)
-            _past_gap(result, spec, texts, doc, options, sourcemap)
+            _past_gap(result, spec, texts, doc, options, sourcemap, {k for k, c in enumerate(report.outputs) if not c.allclose})
             result.reason += f"; confirmed numerically: {w['reason']}"
         elif gap:
             # Evidence in hand (contract: `diverged` needs a witness, and here it is): the
             # outputs differ, whatever the rules could not relate. The frontier says where.
             _label(result, probes, confirmed=True)
-            _past_gap(result, spec, texts, doc, options, sourcemap)
+            _past_gap(result, spec, texts, doc, options, sourcemap, {k for k, c in enumerate(report.outputs) if not c.allclose})
             result.verdict = DIVERGED
             result.reason = f"{_stop(result)}; confirmed numerically: {w['reason']}"
         elif result.verdict == UNSUPPORTED and result.unsupported:
@@ -287,7 +287,7 @@ def _parameter_bytes(text: str) -> int:
 PAST_GAP_PROBES = 64
 
 
-def _past_gap(result: Result, spec: RelationSpec, texts: dict[str, str], doc: dict[str, Any], options: Any, sourcemap: Any) -> None:
+def _past_gap(result: Result, spec: RelationSpec, texts: dict[str, str], doc: dict[str, Any], options: Any, sourcemap: Any, differing: set[int]) -> None:
     """The outputs differ but no frontier instruction does (each is a rule gap: its values hold,
     or were not checked): the difference arises past the gap, where the rules had stopped
     relating anything. The instructions past it that feed a failing output are given baseline
@@ -296,7 +296,9 @@ def _past_gap(result: Result, spec: RelationSpec, texts: dict[str, str], doc: di
     failing output, the baseline output — and probed in one more run; the first, in program
     order, whose values differ becomes the first divergence. Nothing found: the frontier stays
     as it is (the witness still shows the outputs differ)."""
-    if result.context is None or not result.divergences or any(d.get("numeric") and not d["numeric"]["holds"] for d in result.divergences):
+    # Only past gaps: every frontier instruction's values shown equal to the baseline's. One not
+    # checked may itself be where the values first differ (a lossy cast at a reduction).
+    if result.context is None or not result.divergences or not all(d.get("numeric") and d["numeric"]["holds"] for d in result.divergences):
         return
     from ..sourcemap import SourceMap
     from ..witness.pair import Probe
@@ -335,49 +337,57 @@ def _past_gap(result: Result, spec: RelationSpec, texts: dict[str, str], doc: di
             return {partner[o]}
         return {m for f in facts.by_dist.get(o, []) if f.baseline >= 0 for m in facts.members.get(f.baseline, []) if g.nodes[m].side == "baseline"}
 
+    def literal(x: int) -> bool:  # a constant, moved: matches a baseline constant (the value is what is probed)
+        while g.nodes[x].ins.opcode in ("broadcast", "reshape", "convert", "copy") and g.nodes[x].operands:
+            x = g.nodes[x].operands[0]
+        return g.nodes[x].ins.opcode in ("constant", "iota")
+
+    def matches(b: int, d_ops: list[int], ops: list[set[int]]) -> bool:
+        b_ops = g.nodes[b].operands
+        return len(b_ops) == len(ops) and all(bo in po or (not po and literal(o) and literal(bo)) for bo, o, po in zip(b_ops, d_ops, ops, strict=True))
+
     by_opcode: dict[str, list[int]] = {}
     for n in g.nodes:
         if n.side == "baseline":
             by_opcode.setdefault(n.ins.opcode, []).append(n.gid)
+    # A failing output the witness found different is a difference already (it is compared as
+    # an output, not probed); the instructions before it are probed.
+    outputs_differ = {gid for gid, o in failing.items() if any(k in differing for k, x in enumerate(result.outputs) if x is o)}
     probes: list[Any] = []
-    for gid in sorted(past - set(gaps)):
+    for gid in sorted(past - set(gaps) - set(failing)):
         n = g.nodes[gid]
-        if gid in failing:
-            o = failing[gid]
-            partner[gid] = g.by_name[("baseline", o["baseline"].lstrip("%"))]
-        else:
-            ops = [partners(o) for o in n.operands]
-            found = [b for b in by_opcode.get(n.ins.opcode, []) if len(g.nodes[b].operands) == len(ops) and all(bo in po for bo, po in zip(g.nodes[b].operands, ops, strict=True))]
-            if len(found) != 1:
-                continue
-            partner[gid] = found[0]
-        if len(probes) >= PAST_GAP_PROBES:
+        ops = [partners(o) for o in n.operands]
+        if not any(ops):
+            continue
+        found = [b for b in by_opcode.get(n.ins.opcode, []) if matches(b, n.operands, ops)]
+        if len(found) != 1:
+            continue
+        partner[gid] = found[0]
+        if len(probes) >= PAST_GAP_PROBES or (outputs_differ and gid > min(outputs_differ)):
             break
         name, bname = n.ins.name, g.nodes[partner[gid]].ins.name
-        if gid in failing:
-            entry = next((e for e in doc["outputs"] if e.get("distributed") == failing[gid]["index"]), None)
-            cands = [{k: v for k, v in entry.items() if k not in ("baseline", "distributed")}] if entry else []
-        else:
-            cands, unknown = probe_relations(result, spec, name, bname)
-            if unknown:
-                continue
-        probes.append(Probe(name, bname, relations=cands))
-    if not probes:
+        cands, unknown = probe_relations(result, spec, name, bname)
+        if not unknown:
+            probes.append(Probe(name, bname, relations=cands))
+    report_probes: list[Any] = []
+    if probes:
+        try:
+            report_probes = call("pair.witness", texts["baseline"], texts["distributed"], doc, options, probes).probes
+        except Exception:  # a location aid only: the verdict is confirmed already
+            report_probes = []
+    differs = sorted([(g.by_name[("distributed", p.distributed)], p.baseline, p.detail) for p in report_probes if p.holds is False]
+                     + [(gid, failing[gid]["baseline"].lstrip("%"), "an output the witness compared") for gid in outputs_differ])
+    if not differs:
         return
-    try:
-        report = call("pair.witness", texts["baseline"], texts["distributed"], doc, options, probes)
-    except Exception:  # a location aid only: the verdict is confirmed already
-        return
-    first = next((p for p in report.probes if p.holds is False), None)
-    if first is None:
-        return
-    n = g.nodes[g.by_name[("distributed", first.distributed)]]
+    first_gid, first_baseline, first_detail = differs[0]
+    n = g.nodes[first_gid]
+    compared = len(report_probes) + len(outputs_differ)
     gap = result.divergences[0]
     entry = divergence_entry(spec, g, facts, n, sourcemap if sourcemap is not None else SourceMap())
-    entry["cause"] = (f"the witness finds this {n.ins.opcode}'s values different from the baseline's %{first.baseline} ({first.detail}): the first instruction past the rule gap at "
-                      f"{gap['instruction']} ({_where(gap)}) whose values differ (the rules stopped there; {len(report.probes)} instruction(s) past it compared)")
+    entry["cause"] = (f"the witness finds this {n.ins.opcode}'s values different from the baseline's %{first_baseline} ({first_detail}): the first instruction past the rule gap at "
+                      f"{gap['instruction']} ({_where(gap)}) whose values differ (the rules stopped there; {compared} instruction(s) past it compared)")
     entry["kind"] = "divergence"
-    entry["numeric"] = {"holds": False, "detail": first.detail}
+    entry["numeric"] = {"holds": False, "detail": first_detail}
     entry["past_gap"] = gap["instruction"]
     entry["hint"] = None
     entry["outputs"] = [o["index"] for gid, o in failing.items() if n.gid in ancestors(g, [gid])]

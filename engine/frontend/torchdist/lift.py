@@ -203,10 +203,13 @@ def _metadata_of(line: str) -> str:
     return m.group(0) if m else ""
 
 
+_DEFINES = re.compile(r"^(\s+(?:ROOT )?%(\S+) = )(.*)$")  # any instruction, tuple-typed too
+
+
 def _defines(line: str) -> str | None:
-    m = _INSTRUCTION.match(line)
+    m = _DEFINES.match(line)
     if m:
-        return m.group(3)
+        return m.group(2)
     h = _HEADER.match(line)
     return h.group(1) if h else None
 
@@ -276,7 +279,7 @@ def _drop_round_trips(lines: list[str]) -> tuple[list[str], int]:
             x = replace[x]
         return x
 
-    ref = re.compile(r"(?:(\S+) )?%(" + "|".join(re.escape(k) for k in sorted(replace, key=len, reverse=True)) + r")(?![\w.\-])")
+    ref = re.compile(r"(?:([a-z][a-z0-9]*\[[\d,]*\](?:\{[^}]*\})?) )?%(" + "|".join(re.escape(k) for k in sorted(replace, key=len, reverse=True)) + r")(?![\w.\-])")
 
     def sub(m: re.Match[str]) -> str:
         target = resolve(m.group(2))
@@ -288,15 +291,12 @@ def _drop_round_trips(lines: list[str]) -> tuple[list[str], int]:
         name = _defines(line)
         if name in replace:
             continue
-        m = _INSTRUCTION.match(line)
-        if m:  # rewrite the operand part only (the defining name is never a replaced one)
-            head = line[: m.start(6)]
-            kept.append(head + ref.sub(sub, m.group(6)))
-        else:
-            kept.append(line)
+        m = _DEFINES.match(line)
+        # Rewrite what follows the defined name (every instruction, whatever its type).
+        kept.append(m.group(1) + ref.sub(sub, m.group(3)) if m else line)
     # Reshapes of a removed chain now without users.
     while True:
-        used = Counter(o for line in kept if (m := _INSTRUCTION.match(line)) for o in _operand_names(m.group(6)))
+        used = Counter(o for line in kept if (m := _DEFINES.match(line)) for o in re.findall(r"%([\w.\-]+)", m.group(3)))
         dead = {name for line in kept if (name := _defines(line)) and info.get(name, ("", "", []))[1] == "reshape" and not used[name] and name not in roots and _INSTRUCTION.match(line)}
         if not dead:
             break
