@@ -517,5 +517,18 @@ FAMILIES: dict[str, Callable[[random.Random], Program]] = {
 
 
 def generate(family: str, count: int, seed: int) -> list[Program]:
+    """``count`` programs of ``family``. In a program of several groups (a data x tensor mesh),
+    most draws say the groups hold different data (``per_group_data`` on every input with a
+    baseline value, as the JAX front end writes for a batch split over the data axis): then a
+    program that mixes the groups computes something else, and the witness can see it."""
     rng = random.Random(f"{family}:{seed}")
-    return [FAMILIES[family](rng) for _ in range(count)]
+    out = []
+    for _ in range(count):
+        p = FAMILIES[family](rng)
+        if len(p.relations["groups"]) > 1 and rng.random() < 0.7:
+            for entry in p.relations["inputs"]:
+                if "baseline" in entry:
+                    entry["per_group_data"] = True
+            p.form += ", per-group data"
+        out.append(p)
+    return out
