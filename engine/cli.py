@@ -135,13 +135,13 @@ def _witness(args: argparse.Namespace) -> int:
     from .analysis.check import executable_text, read_hlo
     from .analysis.witnessing import relations_doc
     from .relations import load_relations, with_assumptions
-    from .witness.pair import WitnessOptions, witness
+    from .witness.pair import DEFAULT_SEEDS, WitnessOptions, witness
 
     spec = with_assumptions(load_relations(args.relations), args.assume or [])
     texts = [read_hlo(args.baseline), read_hlo(args.distributed)]
     names = _assumed_names(texts, args) if "elided-constants" in spec.assume else []
     texts = [executable_text(t, names) for t in texts]
-    options = WitnessOptions(seeds=tuple(args.seed or (0, 1, 2)), memory_mb=args.memory_mb, max_instructions=1 << 62, recheck_f64=not args.no_recheck, stop_at_first_difference=False)
+    options = WitnessOptions(seeds=tuple(args.seed or DEFAULT_SEEDS), memory_mb=args.memory_mb, max_instructions=1 << 62, recheck_f64=not args.no_recheck, stop_at_first_difference=False)
     try:
         report = witness(*texts, relations_doc(spec), options)
     except Exception as e:  # XLA refusing the text, or the memory budget: say so, no verdict
@@ -186,7 +186,7 @@ def build_parser(extensions: bool = True) -> argparse.ArgumentParser:
     w.add_argument("baseline", type=Path)
     w.add_argument("distributed", type=Path)
     w.add_argument("--relations", required=True, type=Path, help="relations YAML (groups, inputs, outputs)")
-    w.add_argument("--seed", type=int, action="append", help="random-input seed (repeatable; default 0, 1, 2)")
+    w.add_argument("--seed", type=int, action="append", help="random-input seed (repeatable; default 0, 1, 1000; a seed >= 1000 draws edge inputs)")
     w.add_argument("--memory-mb", type=float, default=float("inf"), help="refuse pairs estimated above this (default: no limit)")
     w.add_argument("--no-recheck", action="store_true", help="do not recheck differences in f64")
     w.add_argument("--assume", action="append", choices=ASSUMPTIONS, help="elided-constants: fill each elided constant and its namesake in the other program with the same values")

@@ -8,6 +8,9 @@ found it equal. With ``per_group_data`` each group gets its own part, the baseli
 group, and those bugs are ``diverged`` with a confirmed witness, while their correct twins stay
 ``verified`` and equal under ``--witness always``. The pairs are JAX ``shard_map`` programs on a
 2x2 (dp, tp) mesh (tests/witness_jax/dp_pairs.py, built in a subprocess).
+
+Edge inputs (engine.witness.inputs, the default seeds' last): a vocab-parallel embedding whose
+mask is off by one at a shard boundary is equal on random ids and diverged on the edge seed.
 """
 
 from __future__ import annotations
@@ -25,7 +28,12 @@ from shardproof.engine.analysis.check import check_files
 from shardproof.engine.errors import InputError
 from shardproof.engine.relations import load_relations
 from shardproof.engine.witness import runtime
-from shardproof.engine.witness.inputs import make_group_inputs, make_inputs
+from shardproof.engine.witness.inputs import (
+    EDGE_SEEDS_FROM,
+    edges_of,
+    make_group_inputs,
+    make_inputs,
+)
 from shardproof.engine.witness.pair import WitnessOptions, witness
 
 HERE = Path(__file__).resolve().parent
@@ -106,3 +114,53 @@ def test_per_group_data_is_checked(tmp_path: Path, entry: str, message: str) -> 
     (tmp_path / "r.yaml").write_text(text)
     with pytest.raises(InputError, match=message.replace("[", r"\[").replace("]", r"\]")):
         load_relations(tmp_path / "r.yaml")
+
+
+# ---------------------------------------------------------------------------------------------
+# Edge inputs: a bug in a rare row
+# ---------------------------------------------------------------------------------------------
+
+BOUNDARY_IDS = (64, 128, 192)  # the first id of ranks 1..3's vocab blocks (256 ids over 4)
+
+
+def test_an_off_by_one_at_a_vocab_shard_boundary_shows_only_on_edge_inputs(pairs: Path) -> None:
+    """The mask ``local > w`` (for ``>= w``) takes the next block's first id on this rank too.
+    Random ids miss those three values of 256 on every random seed tried; the edge seed puts
+    them in, and the bug is diverged with a confirmed witness."""
+    d = pairs / "b_vocab_mask_off_by_one"
+    base_text, dist_text, rel = _texts(d)
+    base, dist = runtime.read(base_text), runtime.read(dist_text)
+    randoms = tuple(range(6))
+    for seed in randoms:
+        ids = make_inputs(base, dist, rel, rel["groups"], seed)[0][0]
+        assert not set(ids.tolist()) & set(BOUNDARY_IDS), (seed, ids)
+    opts = WitnessOptions(seeds=randoms, memory_mb=float("inf"))
+    assert witness(base_text, dist_text, rel, opts).equal
+    edge_ids = make_inputs(base, dist, rel, rel["groups"], EDGE_SEEDS_FROM)[0][0]
+    assert set(BOUNDARY_IDS) <= set(edge_ids.tolist()) and all(0 <= i < 256 for i in edge_ids.tolist())
+    report = witness(base_text, dist_text, rel, WitnessOptions(memory_mb=float("inf")))
+    assert not report.equal and report.seed == EDGE_SEEDS_FROM, report.summary()
+    r = check_files(load_relations(d / "relations.yaml"), d / "baseline.hlo", d / "distributed.hlo", None, witness="auto")
+    assert r.verdict == "diverged", (r.verdict, r.reason)
+    assert r.witness is not None and r.witness["status"] == "confirmed" and f"--seed {EDGE_SEEDS_FROM}" in r.witness["command"], r.witness
+
+
+def test_the_correct_vocab_embedding_stays_equal_on_edge_inputs(pairs: Path) -> None:
+    base_text, dist_text, rel = _texts(pairs / "vocab_embed")
+    report = witness(base_text, dist_text, rel, WitnessOptions(memory_mb=float("inf")))
+    assert report.equal and EDGE_SEEDS_FROM in report.seeds, report.summary()
+
+
+def test_edge_values_come_from_blocks_ranges_and_constants(pairs: Path) -> None:
+    base_text, dist_text, rel = _texts(pairs / "vocab_embed")
+    edges = edges_of(runtime.read(base_text), runtime.read(dist_text), rel, 4)
+    vals = edges.int_values(0, 256)
+    assert vals[:6] == [63, 64, 127, 128, 191, 192]  # block boundaries first
+    assert {0, 255} <= set(vals) and all(0 <= v < 256 for v in vals)
+    # A float threshold the program compares with lands exactly on it.
+    text = "HloModule m\n\nENTRY e {\n  x = f32[64] parameter(0)\n  t = f32[] constant(0.75)\n  b = f32[64] broadcast(t), dimensions={}\n  ROOT c = pred[64] compare(x, b), direction=GT\n}\n"
+    prog = runtime.read(text)
+    one = {"groups": [[0]], "inputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}], "outputs": []}
+    x = make_inputs(prog, prog, one, [[0]], EDGE_SEEDS_FROM)[0][0]
+    assert (x == np.float32(0.75)).sum() >= 4
+    assert not (make_inputs(prog, prog, one, [[0]], 0)[0][0] == np.float32(0.75)).any()

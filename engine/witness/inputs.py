@@ -29,10 +29,24 @@ axis) computes the same numbers as one that does not.
 
 ``int_range: [lo, hi)`` on an integer input (default ``[0, 8)``). Floats ~ N(0, 1) in the
 parameter dtype, pred uniform, complex with N(0, 1) parts.
+
+Edge inputs (a seed >= EDGE_SEEDS_FROM; the witness's default seeds end with one): random
+values rarely land where a program's compares, clamps and ids turn on, so a bug in a rare row
+(an id at a vocab shard's boundary masked off by one, ``>`` for ``>=`` at a threshold, a tie
+between shards broken the other way) stays hidden. On an edge seed, about half the elements of
+an integer input are drawn from its edge values: the ends of its range, the block boundaries
+``k·b - 1, k·b`` of every sharded or padded input dim (b its extent per rank: where vocab ids
+change owner), and the integer constants the programs compare with (and their neighbours), all
+within the declared range; floats get ties (a quarter rounded to halves, so equal values fall
+on several ranks), the float constants the programs hold (thresholds, clamp bounds: a sixth of
+the elements exactly there) and larger magnitudes (an eighth scaled up 8x, 2x in 16 bits, where
+clamps act without overflowing an exp). The baseline values still satisfy every declared
+relation and range, so a difference on them is a real one.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,6 +55,67 @@ import numpy as np
 from .runtime import Param, Program
 
 INPUT_RELATIONS = ("duplicate", "sharded", "rank", "partial", "token", "padded")
+EDGE_SEEDS_FROM = 1000
+
+
+def is_edge_seed(seed: int) -> bool:
+    return seed >= EDGE_SEEDS_FROM
+
+
+class Edges:
+    """The values an edge seed draws from (see the module doc): ``inner`` block boundaries
+    (where a row changes owner: drawn first), ``outer`` ends and constants, ``floats``."""
+
+    def __init__(self, inner: list[int], outer: list[int], floats: set[float]) -> None:
+        self.inner, self.outer = inner, outer
+        self.floats = sorted(floats)
+
+    def int_values(self, lo: int, hi: int) -> list[int]:
+        """The edge integers in [lo, hi): boundaries, then the range's ends, then the rest."""
+        return [v for v in dict.fromkeys([*self.inner, lo, hi - 1, *self.outer]) if lo <= v < hi]
+
+
+_INT_CONST = re.compile(r"\b[su](?:8|16|32|64)\[\]\s+constant\((-?\d+)\)")
+_FLOAT_CONST = re.compile(r"\b(?:f16|bf16|f32|f64)\[\]\s+constant\((-?[0-9.]+(?:e[-+]?\d+)?)\)")
+
+
+def edges_of(base: Program, dist: Program, relations: dict[str, Any], c: int) -> Edges:
+    """Edge values from the relations' block sizes and the programs' scalar constants."""
+    inner: list[int] = []  # k·b - 1, k·b for 0 < k < c: a row at a rank boundary
+    outer: list[int] = []  # the dims' ends and the programs' integer constants (and neighbours)
+    for k, e in enumerate(relations.get("inputs") or []):
+        rel = e.get("relation")
+        if rel not in ("sharded", "padded") or e.get("baseline") is None:
+            continue
+        try:
+            shape = base.param(e["baseline"], f"inputs[{k}].baseline").shape
+            dim = norm_dim(e.get("dim"), len(shape), f"inputs[{k}]")
+        except ValueError:
+            continue
+        if rel == "padded" and isinstance(e.get("width"), int):
+            widths = [(0, int(e["width"]), c * int(e["width"]))]
+        else:
+            blocks = [int(b) for b in e.get("blocks") or []] or [shape[dim]]
+            widths, start = [], 0
+            for b in blocks:
+                widths.append((start, b // c, b))
+                start += b
+        for start, w, size in widths:
+            if w < 1:
+                continue
+            for j in range(1, c):
+                inner.extend([start + j * w - 1, start + j * w])
+            outer.extend([start, start + size - 1])
+    floats: set[float] = set()
+    for text in (base.text, dist.text):
+        for m in _INT_CONST.finditer(text):
+            v = int(m.group(1))
+            outer.extend([v - 1, v, v + 1])
+        for m in _FLOAT_CONST.finditer(text):
+            v = float(m.group(1))
+            if np.isfinite(v) and abs(v) < 1e6:
+                floats.add(v)
+    return Edges(inner, outer, floats)
 
 
 def is_float(dt: np.dtype) -> bool:
@@ -57,18 +132,38 @@ def is_float(dt: np.dtype) -> bool:
     return False
 
 
-def random_array(rng: np.random.Generator, p: Param, entry: dict[str, Any]) -> np.ndarray:
+def random_array(rng: np.random.Generator, p: Param, entry: dict[str, Any], edges: Edges | None = None) -> np.ndarray:
     dt, shape = p.dtype, p.shape
     if is_float(dt):
-        return rng.standard_normal(shape).astype(dt)
+        x = rng.standard_normal(shape)
+        if edges is not None:
+            x = _edge_floats(rng, x, edges, dt.itemsize <= 2)
+        return x.astype(dt)
     if dt.kind == "c":
         return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dt)
     if dt.kind in "iu":
         lo, hi = entry.get("int_range", [0, 8])
-        return rng.integers(int(lo), int(hi), size=shape).astype(dt)
+        x = rng.integers(int(lo), int(hi), size=shape)
+        if edges is not None and x.size:
+            # Every edge value once (as many as fit, boundaries first) at random places, and
+            # half of the other elements drawn from them too.
+            vals = np.array(edges.int_values(int(lo), int(hi)), dtype=np.int64)
+            flat = np.where(rng.random(x.size) < 0.5, rng.choice(vals, size=x.size), x.reshape(-1))
+            m = min(len(vals), x.size)
+            flat[rng.permutation(x.size)[:m]] = vals[:m]
+            x = flat.reshape(shape)
+        return x.astype(dt)
     if dt.kind == "b":
         return rng.integers(0, 2, size=shape).astype(bool)
     raise NotImplementedError(f"cannot generate inputs of dtype {dt}")
+
+
+def _edge_floats(rng: np.random.Generator, x: np.ndarray, edges: Edges, narrow: bool) -> np.ndarray:
+    """Ties, the programs' float constants and larger magnitudes mixed into normals x."""
+    x = np.where(rng.random(x.shape) < 0.25, np.round(x * 2) / 2, x)
+    if edges.floats:
+        x = np.where(rng.random(x.shape) < 1 / 6, rng.choice(np.array(edges.floats), size=x.shape), x)
+    return np.where(rng.random(x.shape) < 0.125, x * (2.0 if narrow else 8.0), x)
 
 
 def grid_array(rng: np.random.Generator, p: Param) -> np.ndarray:
@@ -200,6 +295,7 @@ def make_group_inputs(base: Program, dist: Program, relations: dict[str, Any], g
     """(baseline arguments per group, distributed arguments per global rank) for one seed. The
     groups' lists are one and the same object when no entry is ``per_group_data``."""
     rng = np.random.default_rng(seed)
+    edges = edges_of(base, dist, relations, len(groups[0])) if is_edge_seed(seed) else None
     n = sum(len(g) for g in groups)
     entries = list(relations.get("inputs") or [])
     base_of: dict[int, int] = {}
@@ -220,7 +316,7 @@ def make_group_inputs(base: Program, dist: Program, relations: dict[str, Any], g
             bp = base.params[base_of[k]]
             fl = is_float(bp.dtype) or bp.dtype.kind == "c"
             grid = e.get("relation") == "partial" and e.get("op", "add") == "add" and fl
-            base_args[bp.number] = grid_array(rng, bp) if grid else random_array(rng, bp, e)
+            base_args[bp.number] = grid_array(rng, bp) if grid else random_array(rng, bp, e, edges)
     missing = sorted(set(range(len(base.params))) - set(base_of.values()))
     if missing:
         raise ValueError(f"relations: baseline parameters {missing} have no input entry")
@@ -233,7 +329,7 @@ def make_group_inputs(base: Program, dist: Program, relations: dict[str, Any], g
                 e, bp = entries[k], base.params[base_of[k]]
                 fl = is_float(bp.dtype) or bp.dtype.kind == "c"
                 grid = e.get("relation") == "partial" and e.get("op", "add") == "add" and fl
-                own[bp.number] = grid_array(rng, bp) if grid else random_array(rng, bp, e)
+                own[bp.number] = grid_array(rng, bp) if grid else random_array(rng, bp, e, edges)
     dist_args: list[list[np.ndarray | None]] = [[None] * len(dist.params) for _ in range(n)]
     seen: set[int] = set()
     for k, e in enumerate(entries):
