@@ -24,6 +24,7 @@ from pathlib import Path
 from types import ModuleType
 
 from ..errors import phase
+from . import laws
 
 
 def _bindings() -> ModuleType:
@@ -59,7 +60,9 @@ def _bindings() -> ModuleType:
 
 bindings = _bindings()
 
-RULE_FILES = ("core.egg", "algebra.egg", "partition.egg", "collectives.egg", "slicing.egg", "argreduce.egg", "unroll.egg", "layout.egg", "customcall.egg", "permute.egg", "rankalgebra.egg", "rankselect.egg", "vocabraw.egg", "gathercat.egg", "slicescatter.egg", "alltoall.egg", "rankpos.egg", "window.egg", "scaling.egg", "scatter.egg", "padded.egg", "ring.egg", "crossentropy.egg", "ringcollect.egg")
+RULE_FILES: tuple[str, ...] = ("core.egg", "algebra.egg", "partition.egg", "collectives.egg", "slicing.egg", "argreduce.egg", "unroll.egg", "layout.egg", "customcall.egg", "permute.egg", "rankalgebra.egg", "rankselect.egg", "vocabraw.egg", "gathercat.egg", "slicescatter.egg", "alltoall.egg", "rankpos.egg", "window.egg", "scaling.egg", "scatter.egg", "padded.egg", "ring.egg", "crossentropy.egg", "ringcollect.egg")
+# The registered law families' rules files (engine/analysis/laws), after the files above.
+RULE_FILES += tuple(f for f in laws.rule_files() if f not in RULE_FILES)
 
 
 def split_forms(text: str) -> Iterator[str]:

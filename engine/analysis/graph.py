@@ -22,7 +22,8 @@ from ..hlo.literals import ASSUMED_EQUAL, FLOAT_MAX, int_range, is_int_value, sc
 from ..hlo.parser import literal_is_elided
 from ..ir import Computation, Instruction, Module, Shape
 from ..relations import RelationSpec
-from .crossentropy import XENT_TABLES, xent_rows
+from .laws import FAMILIES
+from .laws import tables as law_tables
 from .ops import (
     BINARY_POINTWISE,
     COLLECTIVES,
@@ -42,7 +43,6 @@ from .scatter import (
 )
 from .signature import Sig, make_sig
 from .tables import GroupTables, Tables, custom_call_problem, merged_blocks, merged_run_blocks
-from .window import WINDOW_TABLES, window_rows
 
 POINTWISE = UNARY_POINTWISE | BINARY_POINTWISE | TERNARY_POINTWISE
 
@@ -126,8 +126,7 @@ ROW_TABLES = (
     "litrecip", "maskunflat", "catdim", "predtof",
     "iotaval", "numconv", "gatherrows", "intshl", "padop", "truelit", "andop", "andreduce", "dusat", "farith", "fcmpop", "extop", "perrank", "fnegop", "reduceflip", "maskforr", "sortmoves", "gtemoves", "sortarray", "ringop", "bcastlead", "unitmove",
     *SCATTER_TABLES,
-    *XENT_TABLES,
-    *WINDOW_TABLES,
+    *law_tables(),  # the registered law families (engine/analysis/laws)
 )  # fmt: skip
 
 
@@ -232,8 +231,9 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
             _arg_tables(rows, node, sig, opnd_shapes, module)
             if ins.opcode == "scatter":
                 scatter_rows(rows, side, sig, ins, opnd_shapes, spec.c)  # rules/scatter.egg
-            xent_rows(rows, side, sig, ins, opnd_shapes)  # rules/crossentropy.egg
-            window_rows(rows, side, sig, ins, opnd_shapes, spec.c)  # rules/window.egg
+            for fam in FAMILIES:  # the registered law families (engine/analysis/laws)
+                if fam.instruction_rows is not None and (fam.opcodes is None or ins.opcode in fam.opcodes):
+                    fam.instruction_rows(rows, side, sig, ins, opnd_shapes, spec.c)
             if ins.opcode == "concatenate" and len(operands) == 1:
                 rows["catone"].append((key,))  # rules/scatter.egg
             if side == "baseline" and groups.factors:
@@ -260,7 +260,11 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
     _unflat_mask_tables(rows, g)
     _unit_row_mask_tables(rows, g)
     _round_trip_rows(rows, g)
-    for k in (*SCATTER_TABLES, *WINDOW_TABLES):
+    if with_rows:
+        for fam in FAMILIES:
+            if fam.graph_rows is not None:
+                fam.graph_rows(rows, g)
+    for k in (*SCATTER_TABLES, *law_tables()):
         rows[k] = sorted(set(rows[k]), key=repr)
     rows.update({k: sorted(v, key=repr) for k, v in tables.rows.items()})
     for k in ("argred", "iotadim", "gteidx", "intwidento", "redone", "cmpeq", "affmove", "unitdim", "keepsvals", "itof", "ftoi", "fdivop", "floorop", "onelem", "intdiv", "litfint", "repeatbc", "mergenext", "intconv", "sliceblock", "fillop", "mulop", "addop", "prednefalse", "identlit", "litint", "zerolit", "intop", "intwiden", "cmpop", "orop", "boolconv", "selectop", "scalarbcast", "layoutop", "ew", "commutative"):

@@ -23,8 +23,8 @@ on duplicates), and decide only int compares.
 
 from __future__ import annotations
 
-from ..ir import Instruction, Shape
-from .signature import Sig
+from ...ir import Instruction, Shape
+from ..signature import Sig
 
 XENT_TABLES = ("xpickg", "xcat2", "xsqz", "xcolbc", "xrowbc", "xrowsum", "xreshape")
 

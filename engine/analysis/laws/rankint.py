@@ -1,0 +1,297 @@
+"""Rank-dependent integer and boolean tensors, evaluated exactly on every rank (rules/rankint.egg).
+
+Law: a distributed tensor x' computed from the rank (a rank parameter, or the device id) and
+literals only (iotas, constants) has one exact value x'_r on rank r; a baseline tensor x
+computed from literals only has one exact value. Then
+
+- ``rkdup(x, x')``        x'_r == x on every rank r: every rank holds exactly x (``dup``);
+- ``rkshard(x, x', d)``   x'_r == block r of c equal blocks of x along dim d (``sharded``,
+                          contiguous split);
+
+hold for every input of either program, since neither reads an input. The spelling of x and x'
+stops mattering: positions ``iota + r*w`` or a reshaped offset table plus a broadcast, causal
+masks compared per block, ``(idx - i) % c`` rings, clamps, one-hot tables are just values.
+
+Side conditions (soundness first, audit of issue 23):
+- every value is computed in its own element type with XLA's semantics: two's-complement wrap
+  of add/subtract/multiply/negate/abs/convert in narrow and unsigned types; integer divide and
+  remainder truncate toward zero (computed exactly for types of at most 32 bits; a zero divisor
+  or the signed MIN / -1 case gives no value, and so do 64-bit divisions); compares by the
+  operand type (a ``type=`` attribute that disagrees with it gives no value); shifts only for
+  amounts within the type's width;
+- a value is evaluated only for int and pred types (floats never: rounding); a constant only
+  when its literal is printed in full and every element fits its type (an elided ``{...}``
+  literal is unknown); iotas with wrap (numpy's cast is two's complement);
+- per rank at most MAX_ELEMENTS elements (the baseline's at most c times that); larger tensors
+  get no value;
+- with the device id, rank r's value is taken on every group's device r and must agree across
+  groups (a value that depends on the group relates to nothing here);
+- a fact is written only when the equality holds on all c ranks, element by element.
+
+numpy is imported only when the distributed graph holds a rank-dependent non-scalar int or pred
+tensor, so programs without one (most large models) pay a walk over their instructions only.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ...hlo.literals import INT_BITS
+from ...ir import Instruction
+
+if TYPE_CHECKING:
+    from ..graph import Graphs
+
+TABLES = ("rkdup", "rkshard")
+MAX_ELEMENTS = 1 << 16  # per rank (issue 25: ~64k)
+OPCODES = frozenset({
+    "parameter", "constant", "iota", "broadcast", "reshape", "transpose", "slice", "concatenate", "copy",
+    "convert", "add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "negate", "abs",
+    "compare", "select", "clamp", "and", "or", "xor", "not", "shift-left", "shift-right-logical",
+    "shift-right-arithmetic", "dynamic-slice",
+})  # fmt: skip
+
+Rows = dict[str, list[tuple[object, ...]]]
+
+
+def _int_like(dtype: str) -> bool:
+    return dtype in INT_BITS or dtype == "pred"
+
+
+def graph_rows(rows: Rows, g: Graphs) -> None:
+    """rkdup / rkshard rows of ``g`` (ids are g's node ids)."""
+    c = g.spec.c
+    dist = [n for n in g.nodes if n.side == "distributed"]
+    # Which distributed values are functions of the rank (or device id) and literals only.
+    rank_dep: dict[int, bool] = {}  # gid -> depends on the rank; absent: not evaluable
+    for n in dist:
+        ins = n.ins
+        if not _int_like(ins.shape.dtype) or ins.shape.is_tuple or ins.opcode not in OPCODES or ins.shape.numel > MAX_ELEMENTS:
+            continue
+        if ins.opcode == "parameter":
+            if ins.name in g.rank_params or ins.parsed.get("device_id"):
+                rank_dep[n.gid] = True
+            continue
+        if all(o in rank_dep for o in n.operands):
+            rank_dep[n.gid] = any(rank_dep[o] for o in n.operands)
+    wanted = [gid for gid, dep in rank_dep.items() if dep and g.nodes[gid].ins.shape.rank >= 1]
+    if not wanted:
+        return
+    import numpy as np
+
+    groups = g.spec.groups
+    per_rank: list[dict[int, Any]] = []
+    for r in range(c):
+        agreed: dict[int, Any] | None = None
+        for group in groups:
+            ev = _Eval(np, g, {"rank": r, "device": group[r] if r < len(group) else None}, MAX_ELEMENTS)
+            vals = {gid: ev.value(gid) for gid in wanted}
+            if agreed is None:
+                agreed = vals
+            else:
+                agreed = {gid: v for gid, v in agreed.items() if v is not None and vals.get(gid) is not None and np.array_equal(v, vals[gid])}
+        per_rank.append(agreed or {})
+    known = [gid for gid in wanted if all(per_rank[r].get(gid) is not None for r in range(c))]
+    if not known:
+        return
+    # The baseline's literal-only int/pred tensors, by (dtype, dims, bytes).
+    base_ev = _Eval(np, g, {}, MAX_ELEMENTS * c)
+    table: dict[tuple[str, tuple[int, ...], bytes], list[int]] = {}
+    for n in g.nodes:
+        if n.side != "baseline" or not _int_like(n.ins.shape.dtype) or n.ins.shape.rank == 0 or n.ins.opcode == "parameter":
+            continue
+        v = base_ev.value(n.gid)
+        if v is not None:
+            table.setdefault((n.ins.shape.dtype, tuple(n.ins.shape.dims), v.tobytes()), []).append(n.gid)
+    if not table:
+        return
+    for gid in known:
+        ins = g.nodes[gid].ins
+        vals = [per_rank[r][gid] for r in range(c)]
+        dt, dims = ins.shape.dtype, tuple(ins.shape.dims)
+        if all(np.array_equal(vals[0], v) for v in vals[1:]):
+            for b in table.get((dt, dims, vals[0].tobytes()), []):
+                rows["rkdup"].append((b, gid))
+        for d in range(len(dims)):
+            whole = np.ascontiguousarray(np.concatenate(vals, axis=d))
+            for b in table.get((dt, tuple(whole.shape), whole.tobytes()), []):
+                rows["rkshard"].append((b, gid, d))
+
+
+class _Eval:
+    """Exact values of one side's int/pred instructions under ``env`` (rank, device id)."""
+
+    def __init__(self, np: Any, g: Graphs, env: dict[str, int | None], limit: int) -> None:
+        self.np, self.g, self.env, self.limit = np, g, env, limit
+        self.memo: dict[int, Any] = {}
+
+    def value(self, gid: int) -> Any:
+        """The array of node ``gid``, or None when it is not computed exactly here."""
+        stack = [gid]
+        while stack:  # operands first, without recursion (chains can be long)
+            top = stack[-1]
+            if top in self.memo:
+                stack.pop()
+                continue
+            n = self.g.nodes[top]
+            todo = [o for o in n.operands if o not in self.memo]
+            if todo and _int_like(n.ins.shape.dtype) and n.ins.opcode in OPCODES:
+                stack.extend(todo)
+                continue
+            stack.pop()
+            try:
+                with self.np.errstate(over="ignore"):
+                    self.memo[top] = self._eval(n.ins, [self.memo.get(o) for o in n.operands], [self.g.nodes[o].ins for o in n.operands])
+            except (ValueError, TypeError, IndexError, OverflowError):
+                self.memo[top] = None  # a shape or attribute the evaluator does not follow: unknown
+        return self.memo[gid]
+
+    def _eval(self, ins: Instruction, xs: list[Any], opnd: list[Instruction]) -> Any:
+        np = self.np
+        dt, dims, op = ins.shape.dtype, tuple(ins.shape.dims), ins.opcode
+        if not _int_like(dt) or ins.shape.is_tuple or op not in OPCODES or ins.shape.numel > self.limit:
+            return None
+        if any(x is None for x in xs):
+            return None
+        npt = _np_type(np, dt)
+        p = ins.parsed
+        if op == "parameter":  # the baseline's evaluator has no rank: its parameters are unknown
+            if ins.name in self.g.rank_params and self.env.get("rank") is not None:
+                v = self.env["rank"]
+            elif p.get("device_id") and self.env.get("device") is not None:
+                v = self.env["device"]
+            else:
+                return None
+            return np.array(v, dtype=np.int64).astype(npt).reshape(dims)
+        if op == "constant":
+            return _literal(np, ins, npt)
+        if op == "iota":
+            d = p.get("iota_dimension")
+            if dt == "pred" or not isinstance(d, int) or not 0 <= d < len(dims):
+                return None
+            line = np.arange(dims[d], dtype=np.int64).astype(npt)  # wraps as XLA's iota does
+            shape = [1] * len(dims)
+            shape[d] = dims[d]
+            return np.broadcast_to(line.reshape(shape), dims).copy()
+        if op in ("copy", "reshape"):
+            return xs[0].reshape(dims)
+        if op == "broadcast":
+            bd = [int(v) for v in p.get("dimensions", [])]
+            x = xs[0]
+            if len(bd) != x.ndim:
+                return None
+            order = sorted(range(len(bd)), key=lambda i: bd[i])
+            x = np.transpose(x, order)
+            shape = [1] * len(dims)
+            for i in order:
+                shape[bd[i]] = xs[0].shape[i]
+            return np.broadcast_to(x.reshape(shape), dims).copy()
+        if op == "transpose":
+            return np.ascontiguousarray(np.transpose(xs[0], [int(v) for v in p.get("dimensions", [])]))
+        if op == "slice":
+            sl = p.get("slice")
+            if not sl:
+                return None
+            return np.ascontiguousarray(xs[0][tuple(slice(a, b, s) for a, b, s in sl)])
+        if op == "concatenate":
+            return np.concatenate(xs, axis=int(p.get("dimensions", [0])[0]))
+        if op == "dynamic-slice":
+            sizes = [int(v) for v in p.get("dynamic_slice_sizes", [])]
+            x = xs[0]
+            if len(sizes) != x.ndim or len(xs) != 1 + x.ndim:
+                return None
+            starts = [min(max(int(s.reshape(())), 0), n - k) for s, n, k in zip(xs[1:], x.shape, sizes, strict=True)]  # XLA clamps
+            return np.ascontiguousarray(x[tuple(slice(s, s + k) for s, k in zip(starts, sizes, strict=True))])
+        src = opnd[0].shape.dtype if opnd else dt
+        if op == "convert":
+            if not _int_like(src):
+                return None
+            if dt == "pred":
+                return xs[0] != 0
+            return xs[0].astype(np.int64).astype(npt) if src == "pred" else xs[0].astype(npt)  # two's-complement wrap
+        if op == "compare":
+            return self._compare(ins, xs, src)
+        if op == "select":
+            return np.where(xs[0], xs[1], xs[2]).astype(npt).reshape(dims)
+        if op == "clamp":
+            return np.minimum(np.maximum(xs[1], xs[0]), xs[2]).astype(npt).reshape(dims)
+        if op in ("and", "or", "xor"):
+            f = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}[op]
+            return f(xs[0], xs[1])
+        if op == "not":
+            return np.logical_not(xs[0]) if dt == "pred" else np.invert(xs[0])
+        if dt == "pred":
+            return None  # arithmetic on pred: not an HLO form the evaluator follows
+        if op in ("add", "subtract", "multiply", "maximum", "minimum"):
+            f = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "maximum": np.maximum, "minimum": np.minimum}[op]
+            return f(xs[0], xs[1]).astype(npt)  # same-type numpy arithmetic wraps like XLA's
+        if op == "negate":
+            return np.negative(xs[0]).astype(npt)
+        if op == "abs":
+            return np.abs(xs[0]).astype(npt)  # abs(MIN) == MIN in both
+        if op in ("divide", "remainder"):
+            return _divmod(np, op, dt, npt, xs[0], xs[1])
+        if op.startswith("shift"):
+            bits = INT_BITS[dt]
+            s = xs[1].astype(np.int64)
+            if (s < 0).any() or (s >= bits).any():
+                return None  # XLA's out-of-range shifts: not followed
+            if op == "shift-left":
+                return np.left_shift(xs[0], xs[1]).astype(npt)
+            if op == "shift-right-arithmetic":
+                return np.right_shift(xs[0].astype(_np_type(np, "s" + dt[1:])), xs[1]).astype(npt)
+            return np.right_shift(xs[0].astype(_np_type(np, "u" + dt[1:])), xs[1]).astype(npt)
+        return None
+
+    def _compare(self, ins: Instruction, xs: list[Any], src: str) -> Any:
+        np = self.np
+        t = ins.attrs.get("type")
+        if t is not None and t != ({"s": "SIGNED", "u": "UNSIGNED"}.get(src[0]) if src in INT_BITS else None):
+            return None  # a comparison type that is not the operand type's own order
+        d = ins.parsed.get("direction", ins.attrs.get("direction"))
+        f = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal, "GT": np.greater, "GE": np.greater_equal}.get(str(d))
+        return None if f is None else f(xs[0], xs[1])
+
+
+def _np_type(np: Any, dt: str) -> Any:
+    return np.bool_ if dt == "pred" else np.dtype(("int" if dt[0] == "s" else "uint") + str(INT_BITS[dt]))
+
+
+def _divmod(np: Any, op: str, dt: str, npt: Any, a: Any, b: Any) -> Any:
+    """XLA's integer divide/remainder (truncating toward zero), exactly, or None."""
+    if INT_BITS[dt] > 32:
+        return None
+    a64, b64 = a.astype(np.int64), b.astype(np.int64)
+    if (b64 == 0).any():
+        return None  # XLA defines x/0 and x%0 specially: not followed
+    if dt[0] == "s" and ((a64 == -(1 << (INT_BITS[dt] - 1))) & (b64 == -1)).any():
+        return None
+    q = np.abs(a64) // np.abs(b64) * np.sign(a64) * np.sign(b64)
+    return (q if op == "divide" else a64 - b64 * q).astype(npt)
+
+
+def _literal(np: Any, ins: Instruction, npt: Any) -> Any:
+    from ...hlo.parser import literal_is_elided
+
+    text = ins.literal or ""
+    if literal_is_elided(text):
+        return None
+    body = text.replace("{", " ").replace("}", " ").replace(",", " ").split()
+    if len(body) != ins.shape.numel:
+        return None
+    vals: list[int] = []
+    dt = ins.shape.dtype
+    lo, hi = (0, 1) if dt == "pred" else ((0, (1 << INT_BITS[dt]) - 1) if dt[0] == "u" else (-(1 << (INT_BITS[dt] - 1)), (1 << (INT_BITS[dt] - 1)) - 1))
+    for t in body:
+        if t in ("true", "false"):
+            vals.append(1 if t == "true" else 0)
+            continue
+        try:
+            v = int(t, 0)
+        except ValueError:
+            return None
+        if not lo <= v <= hi:
+            return None  # a literal that does not fit its type: no value
+        vals.append(v)
+    arr = np.array(vals, dtype=np.int64 if dt[0] == "s" or dt == "pred" else np.uint64)
+    return (arr != 0 if dt == "pred" else arr.astype(npt)).reshape(tuple(ins.shape.dims))
