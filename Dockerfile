@@ -17,10 +17,19 @@ ENV PJRT_DEVICE=CPU \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PATH=/opt/shardproof/bin:$PATH
 
-# Third-party packages first, in their own layer: ~7 GB (PyPI's torch brings its CUDA wheels,
-# which its import needs) that change only with these pins. binutils is needed only to strip
-# egglog's bindings library of debug info (209 MB -> 15 MB) and leaves in the same layer.
-# torch-xla links against libpython3.11.so: python:3.11-slim has it, Debian's python3 does not.
+# Third-party packages first, in their own layer (~7 GB with PyPI's torch: its CUDA wheels,
+# which `import torch` loads, are most of it) that changes only with these pins. Only what the
+# action runs is installed:
+# - egglog with --no-deps, plus the five packages its import needs (typing-extensions,
+#   cloudpickle, graphviz - the Python package, no binaries -, opentelemetry-api, black, which
+#   its pretty-printer imports): its other dependency, anywidget, pulls in IPython, Jupyter
+#   widgets and their tools (~65 MB) for a notebook visualiser the action never opens;
+# - triton (~600 MB), which PyPI's torch requires on Linux for GPU kernel compilation, is
+#   removed in the same step: the action runs torch and torch-xla on the CPU only, and neither
+#   imports it there (the smoke check below and the end-to-end tests run real builds without it).
+# binutils is needed only to strip egglog's bindings library of debug info (209 MB -> 15 MB)
+# and leaves in the same layer. torch-xla links against libpython3.11.so: python:3.11-slim has
+# it, Debian's python3 does not.
 # DL3008 (pin apt versions): binutils is a build-time tool purged in this very RUN, so nothing of
 # it ships; a pinned Debian revision disappears from the mirror with each point release and
 # would break the build, whichever base (python:3.11-slim or Debian bookworm) it runs on.
@@ -37,18 +46,24 @@ RUN set -eux; \
         *) echo "TORCH must be pypi or cpu, not $TORCH" >&2; exit 1 ;; \
     esac; \
     pip install --no-cache-dir \
-        torch==2.9.0 torch-xla==2.9.0 egglog==13.2.0 jax==0.10.2 jaxlib==0.10.2 \
-        PyGithub==2.10.0 docker==7.2.0 PyYAML==6.0.3 Jinja2==3.1.6; \
+        torch==2.9.0 torch-xla==2.9.0 jax==0.10.2 jaxlib==0.10.2 \
+        PyGithub==2.10.0 docker==7.2.0 PyYAML==6.0.3 Jinja2==3.1.6 \
+        typing-extensions==4.16.0 cloudpickle==3.1.3 graphviz==0.21 opentelemetry-api==1.45.2 black==26.10.1; \
+    pip install --no-cache-dir --no-deps egglog==13.2.0; \
+    pip uninstall -y triton; \
     find /opt/shardproof -path '*/egglog/bindings*.so' -exec strip --strip-debug {} +; \
     apt-get purge -y --auto-remove binutils; \
     rm -rf /var/lib/apt/lists/*
 
 # The package itself (.dockerignore lets only its sources in). Its dependencies are all above.
-# The imports at the end make a broken image fail here, not in the first pull request.
+# The checks at the end make a broken image fail here, not in the first pull request: the
+# imports, none of the packages left out above, and every rules file loaded into egglog.
 COPY . /tmp/shardproof-src
 RUN pip install --no-cache-dir --no-deps /tmp/shardproof-src \
     && rm -rf /tmp/shardproof-src \
-    && python -c "import torch_xla, egglog.bindings, jaxlib, github, docker, shardproof.bot.app" \
+    && python -c "import torch_xla, egglog, jaxlib, github, docker, shardproof.bot.app" \
+    && python -c "import importlib.util as u, sys; sys.exit(any(u.find_spec(m) for m in ('triton', 'IPython', 'anywidget', 'ipywidgets')))" \
+    && python -c "from shardproof.engine.analysis.egg import Session; s = Session(); s.run(2, 60.0); s.close()" \
     && shardproof --help > /dev/null
 
 # GitHub runs the container with the workspace as working directory and the inputs as
