@@ -159,6 +159,21 @@ def _loss_targets() -> type:
     return LossTargets
 
 
+def _check_even(name: str, placed: Placed, full: tuple[int, ...]) -> None:
+    """A shard that does not divide its dim is a declaration error before anything is traced:
+    DTensor gives the ranks unequal pieces (torch.chunk), and a rank's ``from_local`` of an
+    activation computed from its piece infers a global shape of c times its own extent, so the
+    trace would fail (or lie) far from the cause."""
+    for (kind, dim), group in zip(placed.placements, placed.groups, strict=True):
+        c = len(group) * (placed.split if kind == "shard" else 1)
+        if kind == "shard" and dim is not None and len(group) > 1 and 0 <= dim < len(full) and full[dim] % c:
+            raise _declaration_error(
+                f"parameter {name!r} is {placed.describe()}: dim {dim} of its global shape {list(full)} ({full[dim]}) "
+                f"does not divide over the {len(group)} ranks of the mesh dim (DTensor would give the ranks unequal pieces)",
+                "entry",
+            )
+
+
 class Hosting:
     """One trace of ``module``'s DTensor parameters (see the module's docstring)."""
 
@@ -168,6 +183,8 @@ class Hosting:
             state = {**dict(module.named_parameters()), **dict(module.named_buffers())}
             self.dtensors = {name: t for name, t in state.items() if is_dtensor(t)}
         self.placements: dict[str, Placed] = {name: _placed(t) for name, t in self.dtensors.items()}
+        for name, placed in self.placements.items():
+            _check_even(name, placed, tuple(self.dtensors[name].shape))
         self._outputs: list[tuple[Any, Placed]] = []
         self._stack: ExitStack | None = None
 
