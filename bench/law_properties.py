@@ -7,7 +7,13 @@ groups) are checked by the verifier and executed in XLA (tests/oracle.py) on two
 
 Prints, per family, the number of programs and the counts of verdict x numbers
 (verified/equal, diverged/differs, ...), and every pair that is verified although XLA finds an
-output different (a soundness bug: its form and both programs). Exits 1 when there is one."""
+output different (a soundness bug: its form and both programs). Exits 1 when there is one.
+
+Measured (2026-11-28, 2 cores shared, ``--count 200 --seed 11``): 1400 programs, 0 verified but
+different. argreduce: verified/equal 43, diverged/differs 46, diverged/equal 111; collectives:
+118 / 82 / 0; padded: 108 / 56 / 36; permute: 107 verified/equal, 86 differs (82 inconclusive,
+4 diverged), 7 inconclusive/equal; rankpos: 81 / 68 / 51; vocab: 18 / 72 / 110; window:
+61 / 71 / 68 (verified/equal, not verified and different, not verified and equal)."""
 
 from __future__ import annotations
 
