@@ -551,11 +551,19 @@ def build(request: BuildRequest) -> dict[str, Any]:
     root = Path(request.root)
     fn = load_entry(request.entry, request.python_path)
     ctx = BuildContext(request.name, request.c, request.groups, request.variant, request.size)
+    from .pipeline import Pipeline
+
     try:
         with meta_device():
-            decl = _check_model(fn(ctx))
+            decl = fn(ctx)
+            if not isinstance(decl, Pipeline):
+                decl = _check_model(decl)
     except KnobError as e:
         raise DeclarationError(str(e), f"size.{e.key}") from e
+    if isinstance(decl, Pipeline):  # per-stage programs composed along their transfers
+        from .pipeline.build import build as build_pipeline
+
+        return build_pipeline(request, decl, ctx, {"declare": time.perf_counter() - t0})
     try:
         plan = Plan.parse(decl.plan)
     except PlanError as e:

@@ -1,0 +1,294 @@
+"""Build a :class:`Pipeline`: trace the baseline and every stage, record the transfers, compose.
+
+Each stage is traced like a traced-rank program (placeholders for weights and inputs), with
+``torch.distributed``'s point-to-point calls replaced for the trace: a receive fills the user's
+buffer from a fresh placeholder (a parameter of the stage program, the receiving end of an
+edge); a send records the tensor, which becomes an output of the stage program (the sending
+end). Every call is recorded in program order with its peer, whether it blocks, the shape and
+the user's line, so the composer can match sends to receives per channel (FIFO, as NCCL and
+gloo do), detect deadlocks and name both ends of every error. Peers are the ranks the code
+names: with one rank per stage (TP 1) rank k runs stage k.
+
+Not modelled (said so, not guessed): ``Work.wait()`` (a non-blocking receive's buffer is taken
+to hold the received value from the call on, so reading it before ``wait`` is not a finding),
+process groups other than the default world, and tensor parallelism inside a stage.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ...pipeline.compose import PipelineError, compose
+from .. import build as common
+from .. import capture
+from . import Pipeline
+
+_HERE = str(Path(__file__).resolve().parent)
+
+
+class _Work:
+    """What ``isend``/``irecv`` return: the transfer is already in the program."""
+
+    def wait(self, timeout: Any = None) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+
+class _P2POp:
+    """``dist.P2POp`` without a process group (the real one asks the default group)."""
+
+    def __init__(self, op: Any, tensor: Any, peer: int | None = None, group: Any = None, tag: int = 0, group_peer: int | None = None) -> None:
+        self.op, self.tensor, self.peer, self.tag = op, tensor, peer if peer is not None else group_peer, tag
+
+
+class _Recorder:
+    def __init__(self, stage: int, stages: int, root: Path) -> None:
+        self.stage, self.stages, self.root = stage, stages, root
+        self.ops: list[dict[str, Any]] = []
+        self.sent: list[Any] = []
+        self.received: list[tuple[Any, dict[str, Any]]] = []
+
+    def _where(self) -> str:
+        f = sys._getframe(1)
+        while f is not None:
+            name = f.f_code.co_filename
+            if not name.startswith(_HERE) and "/torch/" not in name:
+                return f"{capture.portable_path(name, self.root)}:{f.f_lineno}"
+            f = f.f_back
+        return "<unknown line>"
+
+    def _peer(self, peer: Any, what: str, at: str) -> int:
+        if not isinstance(peer, int) or not 0 <= peer < self.stages:
+            raise common.DeclarationError(f"stage {self.stage}: {what} at {at} names peer {peer!r}; expected a stage rank 0..{self.stages - 1}")
+        if peer == self.stage:
+            raise common.DeclarationError(f"stage {self.stage}: {what} at {at} names its own rank as the peer")
+        return peer
+
+    def send(self, tensor: Any, peer: Any, blocking: bool, at: str) -> None:
+        peer = self._peer(peer, "send", at)
+        self.ops.append({"op": "send", "peer": peer, "blocking": blocking, "shape": _shape(tensor), "at": at, "output": len(self.sent)})
+        self.sent.append(tensor.clone())  # a snapshot: the buffer may be reused afterwards
+
+    def recv(self, tensor: Any, peer: Any, blocking: bool, at: str) -> None:
+        peer = self._peer(peer, "recv", at)
+        ph = capture.placeholder(tuple(tensor.shape), tensor.dtype)
+        tensor.copy_(ph)
+        op = {"op": "recv", "peer": peer, "blocking": blocking, "shape": _shape(tensor), "at": at}
+        self.ops.append(op)
+        self.received.append((ph, op))
+
+    @contextmanager
+    def patched(self) -> Iterator[None]:
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d as c10d
+
+        rec = self
+
+        def send(tensor: Any, dst: Any = None, group: Any = None, tag: int = 0, group_dst: Any = None) -> None:
+            rec.send(tensor, dst if dst is not None else group_dst, True, rec._where())
+
+        def recv(tensor: Any, src: Any = None, group: Any = None, tag: int = 0, group_src: Any = None) -> int:
+            rec.recv(tensor, src if src is not None else group_src, True, rec._where())
+            return int(src if src is not None else group_src)
+
+        def isend(tensor: Any, dst: Any = None, group: Any = None, tag: int = 0, group_dst: Any = None) -> _Work:
+            rec.send(tensor, dst if dst is not None else group_dst, False, rec._where())
+            return _Work()
+
+        def irecv(tensor: Any, src: Any = None, group: Any = None, tag: int = 0, group_src: Any = None) -> _Work:
+            rec.recv(tensor, src if src is not None else group_src, False, rec._where())
+            return _Work()
+
+        def batch_isend_irecv(p2p_op_list: list[Any]) -> list[_Work]:
+            at = rec._where()
+            for op in p2p_op_list:
+                kind = getattr(op.op, "__name__", "")
+                if kind == "isend":
+                    rec.send(op.tensor, op.peer, False, at)
+                elif kind == "irecv":
+                    rec.recv(op.tensor, op.peer, False, at)
+                else:
+                    raise common.DeclarationError(f"stage {rec.stage}: batch_isend_irecv at {at}: a P2POp of {kind or op.op!r}; expected dist.isend or dist.irecv")
+            return [_Work() for _ in p2p_op_list]
+
+        fns = {"send": send, "recv": recv, "isend": isend, "irecv": irecv, "batch_isend_irecv": batch_isend_irecv, "P2POp": _P2POp}
+        saved = [(mod, k, getattr(mod, k)) for mod in (dist, c10d) for k in fns]
+        for mod, k, _ in saved:
+            setattr(mod, k, fns[k])
+        try:
+            yield
+        finally:
+            for mod, k, v in saved:
+                setattr(mod, k, v)
+
+    def wrap(self, program: Any) -> Any:
+        """The stage program returning its results followed by every tensor it sent."""
+        import torch.nn as nn
+
+        def results(out: Any) -> tuple[Any, ...]:
+            self.results = common._flatten(out, f"stage {self.stage}") if out is not None else []
+            return (*self.results, *self.sent)
+
+        if isinstance(program, nn.Module):
+            forward = program.forward
+            # An instance attribute: nn.Module.__call__ (and functional_call) call self.forward.
+            program.forward = lambda *a, **kw: results(forward(*a, **kw))
+            return program
+        if callable(program):
+            return lambda *a: results(program(*a))
+        raise common.DeclarationError(f"stage {self.stage} is {type(program).__name__}; expected an nn.Module or a callable")
+
+
+def _shape(t: Any) -> str:
+    return common._shape_text(common._type_name(t.dtype), tuple(t.shape))
+
+
+def _check(decl: Pipeline, request: common.BuildRequest) -> None:
+    if not isinstance(decl.stages, int) or decl.stages < 2:
+        raise common.DeclarationError(f"Pipeline.stages: expected an integer >= 2, got {decl.stages!r}", "entry")
+    if len(request.groups) != 1 or len(request.groups[0]) != 1:
+        raise common.DeclarationError(f"a pipeline is built with one rank per stage (tp: 1); got groups {request.groups}", "tp")
+    if not callable(decl.stage):
+        raise common.DeclarationError("Pipeline.stage: expected a function of the stage rank returning its module or callable", "entry")
+
+
+def build(request: common.BuildRequest, decl: Pipeline, ctx: Any, timings: dict[str, float]) -> dict[str, Any]:
+    _check(decl, request)
+    root = Path(request.root)
+    exclude = [*common.hidden_files(root, request.hide_frames), *(str(p) for p in Path(_HERE).glob("*.py"))]
+    plan = common.Plan.parse({})
+    folder = Path(request.out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+
+    t = time.perf_counter()
+    base_inputs = {i.name: capture.placeholder(tuple(i.shape), common._dtype(i.dtype)) for i in decl.inputs}
+    base = common._trace(decl.baseline, base_inputs, "baseline", root, exclude, request.source_packages, plan)
+    timings["baseline"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    sides: list[Any] = []
+    recorders: list[_Recorder] = []
+    stage_specs: list[dict[str, Any]] = []
+    for k in range(decl.stages):
+        with common.meta_device():
+            program = decl.stage(k)
+        rec = _Recorder(k, decl.stages, root)
+        inputs = {i.name: capture.placeholder(tuple(i.shape), common._dtype(i.dtype)) for i in decl.inputs}
+        with rec.patched():
+            side = common._trace(rec.wrap(program), inputs, f"stage {k}", root, exclude, request.source_packages, plan)
+        params: list[dict[str, Any]] = []
+        known: set[int] = set()
+        for name, ph in inputs.items():
+            if (n := common._number(side, ph)) is not None:
+                params.append({"parameter": n, "kind": "input", "name": name})
+                known.add(n)
+        for name, ph in side.params.items():
+            if (n := common._number(side, ph)) is not None:
+                if name not in base.params:
+                    raise common.DeclarationError(f"stage {k} reads parameter {name!r}, which the baseline does not have; a stage holds some of the baseline's layers under the baseline's names", "entry")
+                if tuple(base.params[name].shape) != tuple(ph.shape):
+                    raise common.DeclarationError(f"stage {k}: parameter {name!r} is {tuple(ph.shape)} but {tuple(base.params[name].shape)} in the baseline (one rank per stage holds whole layers)", "entry")
+                params.append({"parameter": n, "kind": "weight", "name": name})
+                known.add(n)
+        for ph, op in rec.received:
+            if (n := common._number(side, ph)) is not None:
+                op["parameter"] = n
+                params.append({"parameter": n, "kind": "recv", "name": f"recv from stage {op['peer']} at {op['at']}"})
+                known.add(n)
+        for n in sorted(set(side.captured.parameter_shapes) - known):
+            raise common.DeclarationError(f"stage {k}'s program has parameter {n} that is no input, weight or receive: {common._describe_parameter(side, n)}")
+        results = len(rec.results)
+        for op in rec.ops:
+            if op["op"] == "send":
+                op["output"] += results
+        common._annotate_modules(side)
+        (folder / f"stage{k}.hlo").write_text(side.captured.hlo_text)
+        (folder / f"stage{k}.sourcemap.json").write_text(capture.dump_sourcemap(side.captured.sourcemap))
+        stage_specs.append({"stage": k, "program": f"stage{k}.hlo", "sourcemap": f"stage{k}.sourcemap.json", "parameters": params, "results": list(range(results))})
+        sides.append(side)
+        recorders.append(rec)
+    timings["stages"] = time.perf_counter() - t
+
+    # Edges: the k-th send on channel s -> d meets the k-th receive on it (the k-th microbatch
+    # of a GPipe loop); unmatched ends are reported by the composer with both lines.
+    sends: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    recvs: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for rec in recorders:
+        for op in rec.ops:
+            ch = (rec.stage, op["peer"]) if op["op"] == "send" else (op["peer"], rec.stage)
+            (sends if op["op"] == "send" else recvs).setdefault(ch, []).append(op)
+    edges = []
+    for ch, ss in sorted(sends.items()):
+        for i, (s, r) in enumerate(zip(ss, recvs.get(ch, []), strict=False)):
+            if "parameter" in r:
+                edges.append({"src": ch[0], "output": s["output"], "dst": ch[1], "parameter": r["parameter"], "microbatch": i, "send_at": s["at"], "recv_at": r["at"]})
+    schedule = {rec.stage: [{k: v for k, v in op.items() if k in ("op", "peer", "blocking", "shape", "at")} for op in rec.ops] for rec in recorders}
+    spec = {"version": 1, "stages": stage_specs, "edges": edges, "schedule": schedule}
+    (folder / "pipeline.yaml").write_text("# Generated by shardproof build: stage programs, transfer edges and each stage's point-to-point calls in program order.\n" + yaml.safe_dump(spec, sort_keys=False, width=200))
+
+    t = time.perf_counter()
+    from ...hlo.parser import parse_hlo
+
+    base_mod = parse_hlo(base.captured.hlo_text, "baseline.hlo")
+    shapes = {p.parameter_number: p.shape for p in base_mod.entry.parameters}
+    read = {(p["kind"], p["name"]) for st in stage_specs for p in st["parameters"]}
+    unread = tuple(
+        (kind, name, shapes[n])
+        for kind, table in (("input", base.inputs), ("weight", base.params))
+        for name, t in table.items()
+        if (kind, name) not in read and (n := common._number(base, t)) is not None
+    )
+    try:
+        composed = compose(json.loads(json.dumps(spec)), {k: parse_hlo(s.captured.hlo_text, f"stage{k}.hlo") for k, s in enumerate(sides)}, {k: json.loads(capture.dump_sourcemap(s.captured.sourcemap)) for k, s in enumerate(sides)}, "pipeline.yaml", unread)
+    except PipelineError as e:
+        raise common.DeclarationError(f"the pipeline cannot run: {e.message}", "entry") from e
+    timings["compose"] = time.perf_counter() - t
+    common._annotate_modules(base)
+    (folder / "baseline.hlo").write_text(base.captured.hlo_text)
+    (folder / "baseline.sourcemap.json").write_text(capture.dump_sourcemap(base.captured.sourcemap))
+    (folder / "distributed.hlo").write_text(composed.text)
+    (folder / "sourcemap.json").write_text(json.dumps(composed.sourcemap, indent=1) + "\n")
+    (folder / "relations.yaml").write_text(_relations(request, decl, base, composed))
+    return {
+        "pipeline": {"stages": decl.stages, "edges": len(edges), "transfers": sum(len(r.ops) for r in recorders) // 2},
+        "parameters": {"baseline": len(base.captured.parameter_shapes), "distributed": len(composed.parameters)},
+        "sharded_parameters": 0,
+        "outputs": base.outputs,
+        "hlo_bytes": {"baseline": (folder / "baseline.hlo").stat().st_size, "distributed": len(composed.text)},
+        "timings": {k: round(v, 4) for k, v in timings.items()},
+    }
+
+
+def _relations(request: common.BuildRequest, decl: Pipeline, base: Any, composed: Any) -> str:
+    """Inputs and weights are the baseline's own (duplicate: one rank per stage holds whole
+    layers); results are expected equal to the baseline's outputs, one for one."""
+    lines = [common._HEADER, f"# pipeline {request.name}: {request.entry}" + (f" variant={request.variant}" if request.variant else "") + f", {decl.stages} stages composed\n", "groups: [[0]]\n", "inputs:\n"]
+    by_input = {i.name: i for i in decl.inputs}
+    for d, (kind, name) in enumerate(composed.parameters):
+        b = common._number(base, base.inputs[name] if kind == "input" else base.params[name])
+        if b is None:
+            raise common.DeclarationError(f"the stages read {kind} {name!r}, which the baseline never reads; the two programs must compute the same function", "entry")
+        fields = [f"baseline: {b}", f"distributed: {d}", "relation: duplicate"]
+        spec = by_input.get(name) if kind == "input" else None
+        if spec is not None and spec.int_range is not None:
+            fields.append(f"int_range: {json.dumps(list(spec.int_range))}")
+        lines.append(f"  - {{{', '.join(fields)}}}  # {kind} {name}\n")
+    specs = list(decl.outputs) if decl.outputs is not None else ["replicate"] * base.outputs
+    if len(specs) != base.outputs or len(composed.outputs) != base.outputs:
+        raise common.DeclarationError(f"the baseline returns {base.outputs} output(s), the stages {len(composed.outputs)} result(s) (outputs lists {len(specs)})", "outputs")
+    lines.append("outputs:\n")
+    for i, spec in enumerate(specs):
+        if spec != "replicate":
+            raise common.DeclarationError(f"Pipeline.outputs[{i}]: {spec!r}; a pipeline's results are whole tensors (replicate)", "outputs")
+        lines.append(f"  - {{baseline: {i}, distributed: {i}, relation: duplicate}}  # stage {composed.outputs[i][0]} result {composed.outputs[i][1]}\n")
+    return "".join(lines)

@@ -1,0 +1,135 @@
+"""GPipe pipelines over torch.distributed point-to-point calls, one rank per stage.
+
+The baseline is a residual MLP (``layers`` blocks and a head) on one device. Stage ``k`` of
+``pp`` holds blocks ``k*L/pp .. (k+1)*L/pp - 1`` under the baseline's names (``layers.<i>``), and
+runs the GPipe forward over ``microbatches`` microbatches: stage 0 splits the batch, every other
+stage receives each microbatch's activation from rank ``k-1``, and all but the last send their
+result to rank ``k+1``; the last stage applies the head and concatenates the microbatches (or
+returns the loss averaged over them). ``transport`` picks the calls the stages use: blocking
+``send``/``recv``, ``isend``/``irecv``, or ``batch_isend_irecv`` with ``P2POp``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from shardproof.engine.frontend.declare import BuildContext, Input
+from shardproof.engine.frontend.pipeline import Pipeline
+
+
+class Block(nn.Module):
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(hidden, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.tanh(self.fc(x))
+
+
+class Mlp(nn.Module):
+    """The single-device model."""
+
+    def __init__(self, hidden: int, layers: int, loss: bool) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(Block(hidden) for _ in range(layers))
+        self.head = nn.Linear(hidden, hidden)
+        self.loss = loss
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        y = self.head(x)
+        return (y * y).mean() if self.loss else y
+
+
+def stage_layers(rank: int, pp: int, layers: int, variant: str) -> list[int]:
+    per = layers // pp
+    first, last = rank * per, (rank + 1) * per
+    if variant == "drop_layer" and rank == 1:
+        first += 1  # BUG-SITE: drop_layer (stage 1 starts one block late: block per is run by no stage)
+    if variant == "repeat_layer" and rank == 1:
+        first -= 1  # BUG-SITE: repeat_layer (stage 1 starts one block early: block per-1 runs twice)
+    return list(range(first, last))
+
+
+class Stage(nn.Module):
+    """What rank ``rank`` runs: its blocks (and on the last stage the head), GPipe forward."""
+
+    def __init__(self, hidden: int, layers: int, rank: int, pp: int, microbatches: int, loss: bool, transport: str, variant: str) -> None:
+        super().__init__()
+        self.rank, self.pp, self.m, self.loss, self.transport, self.variant = rank, pp, microbatches, loss, transport, variant
+        self.own = stage_layers(rank, pp, layers, variant)
+        self.layers = nn.ModuleDict({str(i): Block(hidden) for i in self.own})
+        if rank == pp - 1:
+            self.head = nn.Linear(hidden, hidden)
+
+    def receive(self, like: torch.Tensor) -> torch.Tensor:
+        buf = torch.empty(like.shape, dtype=like.dtype, device=like.device)
+        src = self.rank - 1
+        if self.transport == "send_recv":
+            dist.recv(buf, src=src)
+        elif self.transport == "isend_irecv":
+            dist.irecv(buf, src=src).wait()
+        else:
+            for work in dist.batch_isend_irecv([dist.P2POp(dist.irecv, buf, src)]):
+                work.wait()
+        return buf
+
+    def send(self, h: torch.Tensor) -> None:
+        dst = self.rank + 1
+        if self.variant == "wrong_peer" and self.rank == 0:
+            dst = self.pp - 1  # BUG-SITE: wrong_peer (stage 0 sends to the last rank, skipping the middle stages)
+        if self.transport == "send_recv":
+            dist.send(h, dst=dst)
+        elif self.transport == "isend_irecv":
+            dist.isend(h, dst=dst).wait()
+        else:
+            for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, h, dst)]):
+                work.wait()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor | None:
+        chunks = x.chunk(self.m)
+        if self.variant == "deadlock":
+            # A start-up handshake written receive-first on every stage: each waits for the other.
+            flag = torch.zeros((), device=x.device)
+            peer = 1 - self.rank if self.pp == 2 else (self.rank + 1) % self.pp
+            dist.recv(flag, src=peer)  # BUG-SITE: deadlock
+            dist.send(flag, dst=peer)
+        results = []
+        for mb in range(self.m):
+            if self.rank == 0:
+                h = chunks[mb]
+                if self.variant == "microbatch_order":
+                    h = chunks[(mb + 1) % self.m]  # BUG-SITE: microbatch_order (stage 0 feeds microbatch mb+1 in slot mb)
+            else:
+                h = self.receive(chunks[mb])
+            for i in self.own:
+                h = self.layers[str(i)](h)
+            if self.rank < self.pp - 1:
+                self.send(h)
+                continue
+            y = self.head(h)
+            results.append((y * y).mean() if self.loss else y)
+        if self.rank < self.pp - 1:
+            return None
+        if self.loss:
+            total = torch.stack(results).sum()
+            if self.variant == "loss_not_scaled":
+                return total  # BUG-SITE: loss_not_scaled (the sum of microbatch losses, not divided by the number of microbatches)
+            return total / self.m
+        return torch.cat(results)
+
+
+def gpipe(ctx: BuildContext) -> Pipeline:
+    hidden, layers = ctx.knob("hidden", 16), ctx.knob("layers", 4)
+    pp, m, batch = ctx.knob("pp", 2), ctx.knob("microbatches", 2), ctx.knob("batch", 8)
+    loss, transport = bool(ctx.knob("loss", False)), str(ctx.knob("transport", "send_recv"))
+    variant = ctx.variant or ""
+    return Pipeline(
+        baseline=Mlp(hidden, layers, loss),
+        stage=lambda rank: Stage(hidden, layers, rank, pp, m, loss, transport, variant),
+        stages=pp,
+        inputs=[Input("x", (batch, hidden))],
+    )
