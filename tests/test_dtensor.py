@@ -3,8 +3,8 @@
 The placement -> relation logic is tested without torch. End to end, one run builds a few
 models of examples/dtensor (one worker: one import of torch-xla) - a "cuda" mesh, sequence
 parallelism (DTensor's reduce-scatter along the sequence dim), a bug patched into
-RowwiseParallel - and the three bad inputs of a DTensor model: a placement that does not divide
-a dim, a mesh larger than the world, a plan entry naming no module.
+RowwiseParallel - and the bad inputs of a DTensor model: a placement that does not divide a dim,
+a mesh larger than the world, a plan entry naming no module, an "xla" mesh.
 """
 
 from __future__ import annotations
@@ -92,6 +92,8 @@ models:
     entry: models:big_mesh
   - name: bad_plan_key
     entry: models:bad_plan_key
+  - name: xla_mesh
+    entry: models:xla_mesh
 """
 
 
@@ -136,6 +138,7 @@ def test_dropped_reduction_is_diverged_at_the_patched_hook(report: tuple[dict[st
         ("uneven", "models[3].entry", "parameter 'up.weight' is (Shard(dim=0)) on mesh (tp=4): dim 0 of its global shape [66, 32] (66) does not divide over the 4 ranks"),
         ("big_mesh", "models[4].tp", "device mesh of shape (8,) (8 ranks), but its world has 4 rank(s)"),
         ("bad_plan_key", "models[5].entry", "Parallelize plan key 'down_proj' could not be resolved"),
+        ("xla_mesh", "models[6].entry", "an 'xla' device mesh, which sends DTensor to torch-xla's SPMD partitioner"),
     ],
 )
 def test_bad_input_names_the_config_line(report: tuple[dict[str, Any], Path], name: str, where: str, message: str) -> None:

@@ -378,3 +378,13 @@ def big_mesh(ctx: BuildContext) -> Model:
         return parallelize_module(MLP(dim, hidden), mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
 
     return Model(baseline=MLP(dim, hidden), distributed=distributed, inputs=[Input("x", (2, 8, dim))])
+
+
+def xla_mesh(ctx: BuildContext) -> Model:
+    """Bad input: an "xla" mesh (DTensor would hand the module to torch-xla's SPMD partitioner)."""
+    dim, hidden = ctx.knob("dim", 32), ctx.knob("hidden", 64)
+
+    def distributed(rank: int) -> nn.Module:
+        return parallelize_module(MLP(dim, hidden), mesh_1d(ctx, "xla"), {"up": ColwiseParallel(), "down": RowwiseParallel()})
+
+    return Model(baseline=MLP(dim, hidden), distributed=distributed, inputs=[Input("x", (2, 8, dim))])

@@ -7,7 +7,8 @@ Two contexts, both no-ops for code that never touches DTensor:
   process (``torch.cuda.set_device``), which initializes CUDA, impossible in a forked build
   child; the CUDA device is reported as set already, so the mesh never asks for it;
 - a mesh of more ranks than the model's world is a declaration error on ``tp``/``groups``,
-  not torch's RuntimeError from inside the user's code;
+  not torch's RuntimeError from inside the user's code; so is an "xla" mesh (DTensor would
+  hand the module to torch-xla's SPMD partitioner);
 - a ``parallelize_module`` plan key that resolves to no submodule (torch only warns and
   parallelizes nothing there, so the model would be checked with that layer unsharded) is a
   declaration error on ``entry``.
@@ -71,6 +72,10 @@ def declaring(world: int, groups: list[list[int]]) -> Iterator[None]:
     original_init = mesh_class.__init__
 
     def init(self: Any, device_type: str, mesh: Any, *args: Any, **kwargs: Any) -> None:
+        if device_type == "xla":
+            # DTensor hands an "xla" mesh to torch-xla's SPMD partitioner (distribute_module):
+            # the per-rank program would be the partitioner's input, not the rank's program.
+            raise _declaration_error("the model builds an 'xla' device mesh, which sends DTensor to torch-xla's SPMD partitioner; build the mesh on 'cpu' or 'cuda' (the front end traces it on XLA), or declare framework: torch-xla-spmd", "entry")
         size = math.prod(tuple(torch.as_tensor(mesh).shape)) if not isinstance(mesh, torch.Tensor) else mesh.numel()
         if size > world:
             shape = tuple(torch.as_tensor(mesh).shape) if not isinstance(mesh, torch.Tensor) else tuple(mesh.shape)
