@@ -11,11 +11,15 @@ group, and those bugs are ``diverged`` with a confirmed witness, while their cor
 
 Edge inputs (engine.witness.inputs, the default seeds' last): a vocab-parallel embedding whose
 mask is off by one at a shard boundary is equal on random ids and diverged on the edge seed.
+
+Mesh groups: a correct GSPMD embedding + log-softmax whose module holds two meshes is not
+called different by the witness (it was, before the runtime wrote mesh groups out).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -164,3 +168,29 @@ def test_edge_values_come_from_blocks_ranges_and_constants(pairs: Path) -> None:
     x = make_inputs(prog, prog, one, [[0]], EDGE_SEEDS_FROM)[0][0]
     assert (x == np.float32(0.75)).sum() >= 4
     assert not (make_inputs(prog, prog, one, [[0]], 0)[0][0] == np.float32(0.75)).any()
+
+
+# ---------------------------------------------------------------------------------------------
+# A correct GSPMD model with two meshes in its module
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_correct_gspmd_model_with_two_meshes_is_not_diverged(pairs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """XLA's importer merged the module's two meshes (and dropped device orders): the witness
+    ran the softmax's all-reduces over the gather's groups and called this correct pair
+    different ('diverged', or a soundness error under --witness always). Mesh groups are now
+    written out explicitly before compiling (engine.witness.runtime)."""
+    d = pairs / "gspmd_embed_log_softmax"
+    base_text, dist_text, rel = _texts(d)
+    assert len(set(re.findall(r"replica_groups=(mesh\[[^\]]*\])", dist_text))) == 2
+    r = check_files(load_relations(d / "relations.yaml"), d / "baseline.hlo", d / "distributed.hlo", None, witness="always")
+    assert r.verdict in ("verified", "unproven"), (r.verdict, r.reason)
+    assert r.witness is not None and r.witness["status"] == "equal", r.witness
+    # The same pair through XLA's importer as the text is written: other groups, other numbers.
+    monkeypatch.setattr(runtime, "explicit_mesh_groups", lambda text: text)
+    runtime.read.cache_clear()
+    try:
+        assert not witness(base_text, dist_text, rel, WitnessOptions(seeds=(0,), memory_mb=float("inf"))).equal
+    finally:
+        monkeypatch.undo()
+        runtime.read.cache_clear()

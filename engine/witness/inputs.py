@@ -33,14 +33,15 @@ parameter dtype, pred uniform, complex with N(0, 1) parts.
 Edge inputs (a seed >= EDGE_SEEDS_FROM; the witness's default seeds end with one): random
 values rarely land where a program's compares, clamps and ids turn on, so a bug in a rare row
 (an id at a vocab shard's boundary masked off by one, ``>`` for ``>=`` at a threshold, a tie
-between shards broken the other way) stays hidden. On an edge seed, about half the elements of
-an integer input are drawn from its edge values: the ends of its range, the block boundaries
-``k·b - 1, k·b`` of every sharded or padded input dim (b its extent per rank: where vocab ids
-change owner), and the integer constants the programs compare with (and their neighbours), all
-within the declared range; floats get ties (a quarter rounded to halves, so equal values fall
-on several ranks), the float constants the programs hold (thresholds, clamp bounds: a sixth of
-the elements exactly there) and larger magnitudes (an eighth scaled up 8x, 2x in 16 bits, where
-clamps act without overflowing an exp). The baseline values still satisfy every declared
+between shards broken the other way) stays hidden. On an edge seed every edge value of an
+integer input is placed once (as many as fit, block boundaries first) and half of its other
+elements are drawn from them: the block boundaries ``k·b - 1, k·b`` of every sharded or padded
+input dim (b its extent per rank: where vocab ids change owner), the ends of its range, and
+the integer constants the programs hold (and their neighbours), all within the declared range;
+floats get ties (a quarter rounded to halves, so equal values fall on several ranks), the
+float constants the programs hold (thresholds, clamp bounds, up to 1024, 64 in 16 bits: a sixth
+of the elements exactly there) and larger magnitudes (an eighth scaled up 8x, 2x in 16 bits,
+where clamps act without overflowing an exp). The baseline values still satisfy every declared
 relation and range, so a difference on them is a real one.
 """
 
@@ -161,8 +162,13 @@ def random_array(rng: np.random.Generator, p: Param, entry: dict[str, Any], edge
 def _edge_floats(rng: np.random.Generator, x: np.ndarray, edges: Edges, narrow: bool) -> np.ndarray:
     """Ties, the programs' float constants and larger magnitudes mixed into normals x."""
     x = np.where(rng.random(x.shape) < 0.25, np.round(x * 2) / 2, x)
-    if edges.floats:
-        x = np.where(rng.random(x.shape) < 1 / 6, rng.choice(np.array(edges.floats), size=x.shape), x)
+    # Thresholds and clamp bounds, not the large fillers masks use (-1e4, -65504 in 16 bits):
+    # inputs at those would overflow a sum in one order and not in another, a difference of
+    # rounding that is no witness of anything.
+    limit = 64.0 if narrow else 1024.0
+    near = [v for v in edges.floats if abs(v) <= limit]
+    if near:
+        x = np.where(rng.random(x.shape) < 1 / 6, rng.choice(np.array(near), size=x.shape), x)
     return np.where(rng.random(x.shape) < 0.125, x * (2.0 if narrow else 8.0), x)
 
 

@@ -25,6 +25,14 @@ And on a 1-D mesh of 4 (``tp``), for the witness's edge inputs (engine.witness.i
 - ``b_vocab_mask_off_by_one``: the mask is ``local > w`` for ``local >= w``: the first id of
   the next rank's block (64, 128, 192 of 256) also takes this rank's last row. Random ids
   rarely hit those three values; the edge inputs hold them.
+
+And one GSPMD pair (``jax.jit`` with ``in_shardings``), correct:
+
+- ``gspmd_embed_log_softmax``: a vocab-sharded table (over ``axis_0`` of a 2x2 mesh) gathered
+  by ids and multiplied back for a log-softmax loss. XLA writes two meshes into the module (the
+  gather's ``mesh['axis_0'=2,'axis_1'=1,'axis_2'=2]`` and the softmax's
+  ``mesh['axis_0'=1,'axis_1'=1,'axis_2'=2,'axis_3'=2]``); the rank groups are the ``axis_0``
+  columns ``[[0, 2], [1, 3]]``.
 """
 
 from __future__ import annotations
@@ -50,6 +58,14 @@ RELATIONS_VOCAB = """groups: [[0, 1, 2, 3]]
 inputs:
   - {baseline: 0, distributed: 0, relation: duplicate, int_range: [0, 256]}
   - {baseline: 1, distributed: 1, relation: sharded, dim: 0}
+outputs:
+  - {baseline: 0, distributed: 0, relation: duplicate}
+"""
+
+RELATIONS_GSPMD_EMBED = """groups: [[0, 2], [1, 3]]
+inputs:
+  - {baseline: 0, distributed: 0, relation: sharded, dim: 0}
+  - {baseline: 1, distributed: 1, relation: duplicate, int_range: [0, 64]}
 outputs:
   - {baseline: 0, distributed: 0, relation: duplicate}
 """
@@ -132,6 +148,24 @@ def main(out: Path) -> int:
         (folder / "baseline.hlo").write_text(_portable(base))
         (folder / "distributed.hlo").write_text(_portable(after[0].read_text()))
         (folder / "relations.yaml").write_text(RELATIONS_VOCAB)
+    def embed_loss(table: Any, ids: Any) -> Any:
+        lp = jax.nn.log_softmax(jnp.take(table, ids, axis=0) @ table.T)
+        return -jnp.mean(jnp.take_along_axis(lp, ids[..., None], -1))
+
+    from jax.sharding import NamedSharding
+
+    mesh22 = Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("axis_0", "axis_1"))
+    folder = out / "gspmd_embed_log_softmax"
+    folder.mkdir(parents=True)
+    args = (jax.ShapeDtypeStruct((64, D), f32), jax.ShapeDtypeStruct((2, 8), jnp.int32))
+    (folder / "baseline.hlo").write_text(_portable(jax.jit(embed_loss).lower(*args).as_text(dialect="hlo")))
+    jitted = jax.jit(embed_loss, in_shardings=(NamedSharding(mesh22, P("axis_0", None)), NamedSharding(mesh22, P())), out_shardings=NamedSharding(mesh22, P()))
+    before = set(dump.iterdir())
+    jitted.lower(*args).compile()
+    after = [p for p in set(dump.iterdir()) - before if "after_spmd-partitioning" in p.name]
+    assert len(after) == 1, after
+    (folder / "distributed.hlo").write_text(_portable(after[0].read_text()))
+    (folder / "relations.yaml").write_text(RELATIONS_GSPMD_EMBED)
     for name, (base_fn, body, shapes, in_specs, out_spec, relations) in pairs.items():
         folder = out / name
         folder.mkdir(parents=True)
