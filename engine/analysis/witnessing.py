@@ -5,7 +5,10 @@
   verdict (``witness.status = confirmed``, with the output, errors, one element and the seed).
   Every output equal on every seed: the rules stopped, no bug shows — verdict ``unproven``,
   naming where the rules stopped. Frontier entries whose expected relation holds numerically
-  are rule gaps; the first that really differs is reported first, as *the* divergence.
+  are rule gaps; the first that really differs is reported first, as *the* divergence. When
+  every frontier entry holds, the difference arises past the gap: the instructions past it are
+  probed and the first whose values differ is reported (``_past_gap``). A rule gap is never
+  worded as a bug (``as_gap``): the rules could not relate it, and what the witness found.
 - A pair above the memory budget (or one XLA:CPU cannot execute) is not executed. Each diverging
   instruction is then cut out alone, its operands parameters seeded with their proven relations
   (from the run's facts), and executed against its baseline counterpart. One that differs keeps
