@@ -98,6 +98,7 @@ class Stage(nn.Module):
             dist.recv(flag, src=peer)  # BUG-SITE: deadlock
             dist.send(flag, dst=peer)
         results = []
+        total: torch.Tensor | None = None
         for mb in range(self.m):
             if self.rank == 0:
                 h = chunks[mb]
@@ -111,15 +112,17 @@ class Stage(nn.Module):
                 self.send(h)
                 continue
             y = self.head(h)
-            results.append((y * y).mean() if self.loss else y)
+            if not self.loss:
+                results.append(y)
+                continue
+            # Megatron's schedules scale each microbatch's loss by 1/M and accumulate the sum.
+            loss = (y * y).mean()
+            if self.variant != "loss_not_scaled":
+                loss = loss / self.m  # the missing line is BUG-SITE: loss_not_scaled
+            total = loss if total is None else total + loss
         if self.rank < self.pp - 1:
             return None
-        if self.loss:
-            total = torch.stack(results).sum()
-            if self.variant == "loss_not_scaled":
-                return total  # BUG-SITE: loss_not_scaled (the sum of microbatch losses, not divided by the number of microbatches)
-            return total / self.m
-        return torch.cat(results)
+        return total if self.loss else torch.cat(results)
 
 
 def gpipe(ctx: BuildContext) -> Pipeline:
