@@ -10,7 +10,8 @@ The corpus covers the group forms XLA prints: mesh lists (Shardy, the default; a
 test's rewrite of every list into ``{{...}}``, explicit groups; the collectives psum,
 all_gather, psum_scatter, ppermute, all_to_all, pmax, pmin under ``shard_map`` on a 1-D mesh of
 4 and on DP x TP 2x2 meshes (both axis orders); GSPMD programs (``in_shardings``) and flax
-linen and nnx models with logical / metadata partitioning.
+linen and nnx models with logical partitioning (linen's rules; nnx's logical names resolved by
+the same rules) and with mesh-axis metadata.
 
 Nothing here imports jax at module level: the test collects the names without starting jax.
 """
@@ -546,3 +547,35 @@ def _(rng: np.random.Generator) -> Any:
 
     ids = rng.integers(0, 32, size=(3, 5)).astype(np.int32)
     return jax.jit(f, in_shardings=(shard, NamedSharding(m, P())), out_shardings=NamedSharding(m, P())), (state, ids)
+
+
+@program("flax_nnx_logical_mlp_dp_tp")
+def _(rng: np.random.Generator) -> Any:
+    """nnx with logical partitioning: logical axis names on the kernels, resolved to the mesh
+    by linen's logical_axis_rules while the model is made."""
+    jax = _jax()
+    import flax.linen as nn
+    from flax import nnx
+    from jax.sharding import NamedSharding
+
+    m = mesh((2, 2), ("data", "model"))
+
+    class MLP(nnx.Module):
+        def __init__(self, rngs: Any) -> None:
+            init = nnx.initializers.lecun_normal()
+            self.up = nnx.Linear(8, 32, kernel_init=nnx.with_partitioning(init, ("embed", "mlp")), rngs=rngs)
+            self.down = nnx.Linear(32, 8, kernel_init=nnx.with_partitioning(init, ("mlp", "embed")), rngs=rngs)
+
+        def __call__(self, x: Any) -> Any:
+            return self.down(nnx.relu(self.up(x)))
+
+    with jax.set_mesh(m), nn.logical_axis_rules((("embed", None), ("mlp", "model"), ("batch", "data"))):
+        model = MLP(nnx.Rngs(5))
+    graphdef, state = nnx.split(model)
+    shard = jax.tree_util.tree_map(lambda a: a.sharding, state)
+
+    def f(state: Any, x: Any) -> Any:
+        return nnx.merge(graphdef, state)(x)
+
+    x = f32(rng, 4, 8)
+    return jax.jit(f, in_shardings=(shard, NamedSharding(m, P("data"))), out_shardings=NamedSharding(m, P("data"))), (state, x)
