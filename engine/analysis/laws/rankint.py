@@ -77,6 +77,27 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
     wanted = [gid for gid, dep in rank_dep.items() if dep and g.nodes[gid].ins.shape.rank >= 1]
     if not wanted:
         return
+    # The baseline's literal-only int/pred values, found structurally first: a rank-dependent
+    # value whose shape could be none of theirs (equal, or one dim c times larger) is not
+    # evaluated at all, so most programs never import numpy here.
+    literal_only: set[int] = set()
+    shapes: set[tuple[str, tuple[int, ...]]] = set()
+    for n in g.nodes:
+        ins = n.ins
+        if n.side != "baseline" or not _int_like(ins.shape.dtype) or ins.shape.is_tuple or ins.opcode not in OPCODES or ins.opcode == "parameter":
+            continue
+        if ins.shape.numel <= MAX_ELEMENTS * c and all(o in literal_only for o in n.operands):
+            literal_only.add(n.gid)
+            if ins.shape.rank >= 1:
+                shapes.add((ins.shape.dtype, tuple(ins.shape.dims)))
+
+    def could_match(gid: int) -> bool:
+        dt, dims = g.nodes[gid].ins.shape.dtype, tuple(g.nodes[gid].ins.shape.dims)
+        return (dt, dims) in shapes or any((dt, (*dims[:d], dims[d] * c, *dims[d + 1 :])) in shapes for d in range(len(dims)))
+
+    wanted = [gid for gid in wanted if could_match(gid)]
+    if not wanted:
+        return
     import numpy as np
 
     groups = g.spec.groups
@@ -97,8 +118,9 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
     # The baseline's literal-only int/pred tensors, by (dtype, dims, bytes).
     base_ev = _Eval(np, g, {}, MAX_ELEMENTS * c)
     table: dict[tuple[str, tuple[int, ...], bytes], list[int]] = {}
-    for n in g.nodes:
-        if n.side != "baseline" or not _int_like(n.ins.shape.dtype) or n.ins.shape.rank == 0 or n.ins.opcode == "parameter":
+    for gid in sorted(literal_only):
+        n = g.nodes[gid]
+        if n.ins.shape.rank == 0:
             continue
         v = base_ev.value(n.gid)
         if v is not None:
