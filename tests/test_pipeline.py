@@ -89,7 +89,7 @@ def test_stage_bugs_are_diverged_with_the_composed_witness(report: tuple[dict[st
 @pytest.mark.parametrize(
     ("name", "pattern"),
     [
-        ("wrong_peer", r"send #1 at examples/pipeline/gpipe.py:(\d+) \(stage 0 to stage 3\) has no matching receive on stage 3"),
+        ("wrong_peer", r"send #1 at examples/pipeline/gpipe.py:(\d+) \(stage 0 to stage 3\) has no matching receive on stage 3 \(it receives 0 time\(s\) from stage 0\); receive #1 at examples/pipeline/gpipe.py:(\d+) \(stage 1 from stage 0\) has no matching send on stage 0"),
         ("deadlock", r"the schedule deadlocks: stage 0 waits in recv from stage 1 at examples/pipeline/gpipe.py:(\d+); stage 1 waits in recv from stage 0 at examples/pipeline/gpipe.py:(\d+)"),
     ],
 )
@@ -99,7 +99,7 @@ def test_pipelines_that_cannot_run_are_bad_input_at_both_ends(report: tuple[dict
     error = model["build"]["error"]
     m = re.search(pattern, error)
     assert m, error
-    sends = {_line("dist.send(h, dst=dst)"), _line("dist.recv(flag, src=peer)")}
+    sends = {_line("dist.send(h, dst=dst)"), _line("dist.recv(buf, src=src)"), _line("dist.recv(flag, src=peer)")}
     assert {int(g) for g in m.groups()} <= sends, error
 
 
@@ -114,7 +114,7 @@ def test_schedule_checks_name_both_ends() -> None:
     with pytest.raises(PipelineError, match=re.escape("shapes disagree: stage 0 sends f32[2,8] at a.py:1, stage 1 receives into f32[4,8] at b.py:1")):
         check_schedule(shapes)
     orphan = {"schedule": {0: [], 1: [_op("recv", 0, "b.py:7")]}}
-    with pytest.raises(PipelineError, match=re.escape("receive #1 at b.py:7 (stage 1 from stage 0) has no matching send on stage 0")):
+    with pytest.raises(PipelineError, match=re.escape("receive #1 at b.py:7 (stage 1 from stage 0) has no matching send on stage 0 (it sends 0 time(s) to stage 1)")):
         check_schedule(orphan)
     # Both send first, blocking: a rendezvous send waits for its receive, so neither goes on;
     # the same order with isend does not block.

@@ -80,16 +80,22 @@ def check_schedule(spec: dict[str, Any], path: str = "pipeline.yaml") -> None:
             (sends if op["op"] == "send" else recvs)[ch].append(op)
             op["_k"] = len((sends if op["op"] == "send" else recvs)[ch]) - 1
             op["_ch"] = ch
+    lonely: list[str] = []  # ends without a counterpart, both kinds, in channel order
     for ch in sorted(set(sends) | set(recvs)):
         s, r = sends.get(ch, []), recvs.get(ch, [])
-        for k in range(max(len(s), len(r))):
-            if k >= len(r):
-                raise PipelineError(path, f"stage {ch[0]} -> stage {ch[1]}", f"send #{k + 1} at {_at(s[k])} (stage {ch[0]} to stage {ch[1]}) has no matching receive on stage {ch[1]}" + (f" (it receives {len(r)} time(s) from stage {ch[0]}" + (f", last at {_at(r[-1])})" if r else ")")))
-            if k >= len(s):
-                raise PipelineError(path, f"stage {ch[0]} -> stage {ch[1]}", f"receive #{k + 1} at {_at(r[k])} (stage {ch[1]} from stage {ch[0]}) has no matching send on stage {ch[0]}" + (f" (it sends {len(s)} time(s) to stage {ch[1]}" + (f", last at {_at(s[-1])})" if s else ")")))
-            a, b = s[k], r[k]
+        for k in range(len(r), len(s)):
+            lonely.append(f"send #{k + 1} at {_at(s[k])} (stage {ch[0]} to stage {ch[1]}) has no matching receive on stage {ch[1]} (it receives {len(r)} time(s) from stage {ch[0]})")
+        for k in range(len(s), len(r)):
+            lonely.append(f"receive #{k + 1} at {_at(r[k])} (stage {ch[1]} from stage {ch[0]}) has no matching send on stage {ch[0]} (it sends {len(s)} time(s) to stage {ch[1]})")
+        for a, b in zip(s, r, strict=False):
             if a.get("shape") != b.get("shape"):
                 raise PipelineError(path, f"stage {ch[0]} -> stage {ch[1]}", f"shapes disagree: stage {ch[0]} sends {a.get('shape')} at {_at(a)}, stage {ch[1]} receives into {b.get('shape')} at {_at(b)}")
+    if lonely:
+        # A send to the wrong peer leaves two ends: the send nobody receives and the receive
+        # nobody sends to; naming both shows where the peer went wrong.
+        pair = [m for m in lonely if m.startswith("send")][:1] + [m for m in lonely if m.startswith("receive")][:1]
+        more = len(lonely) - len(pair)
+        raise PipelineError(path, "transfers", "; ".join(pair) + (f" (and {more} more unmatched transfer(s))" if more > 0 else ""))
     # Run the schedule.
     pc = dict.fromkeys(ops, 0)
     posted: set[tuple[str, tuple[int, int], int]] = set()
