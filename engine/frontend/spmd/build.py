@@ -59,6 +59,18 @@ def _partition_spec(spec: tuple[Any, ...], rank: int) -> tuple[Any, ...]:
     return tuple(spec) + (None,) * (rank - len(spec))
 
 
+def output_relations(specs: list[Any], base_shapes: list[tuple[int, ...]], mesh: Any, group_axes: tuple[str, ...], name: str) -> list[dict[str, Any]]:
+    """The expected relation of each output. A baseline output already has one group's shape
+    (the baseline runs on one group's part of the batch), so a dim split over a data-parallel
+    axis is not divided again (``per_group``): dividing it would refuse a correct batch of one
+    row per group, or demand a divisibility the program never needed."""
+    outputs = []
+    for k, (spec, shape) in enumerate(zip(specs, base_shapes, strict=True)):
+        rel, _ = relation_of(tuple(spec), tuple(shape), mesh, group_axes, f"{name}: output {k}", per_group=True)
+        outputs.append({"baseline": k, "distributed": k, **rel})
+    return outputs
+
+
 def build_request(request: dict[str, Any]) -> dict[str, Any]:
     from ..build import DeclarationError, hidden_files, load_entry
 
@@ -115,11 +127,8 @@ def build_request(request: dict[str, Any]) -> dict[str, Any]:
     out_specs = list(model.outputs) if model.outputs is not None else [()] * len(base_out)
     if not len(out_specs) == len(base_out) == len(dist_out):
         raise DeclarationError(f"{len(out_specs)} output spec(s), but the baseline returns {len(base_out)} and the distributed function {len(dist_out)} output(s)", "entry")
-    outputs = []
     try:
-        for k, (spec, t) in enumerate(zip(out_specs, base_out, strict=True)):
-            rel, _ = relation_of(tuple(spec), tuple(t.shape), mesh, group_axes, f"{name}: output {k}")
-            outputs.append({"baseline": k, "distributed": k, **rel})
+        outputs = output_relations(out_specs, [tuple(t.shape) for t in base_out], mesh, group_axes, name)
     except SpecError as e:
         raise DeclarationError(str(e), "entry") from e
     for t, spec in zip(dist_out, out_specs, strict=True):
