@@ -136,3 +136,69 @@ def gpipe(ctx: BuildContext) -> Pipeline:
         stages=pp,
         inputs=[Input("x", (batch, hidden))],
     )
+
+
+class TrainMlp(Mlp):
+    """The single-device training step: loss (mean over the whole batch) and every parameter's
+    gradient, in the baseline's parameter order, then the loss."""
+
+    def __init__(self, hidden: int, layers: int) -> None:
+        super().__init__(hidden, layers, loss=True)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
+        params = [p for _, p in self.named_parameters()]
+        loss = super().forward(x)
+        return (*torch.autograd.grad(loss, params), loss)
+
+
+class TrainStage(Stage):
+    """One rank's GPipe training step: all forwards (activations sent to rank k+1), then all
+    backwards in reverse microbatch order (the gradient of each received activation sent back
+    to rank k-1); each microbatch's loss scaled by 1/M and the gradients accumulated over the
+    microbatches. Returns this stage's parameter gradients (the last stage: then the loss)."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
+        params = [p for _, p in self.named_parameters()]
+        chunks = x.chunk(self.m)
+        inputs, outputs = [], []
+        total: torch.Tensor | None = None
+        for mb in range(self.m):
+            h = chunks[mb] if self.rank == 0 else self.receive(chunks[mb]).requires_grad_()
+            inputs.append(h)
+            for i in self.own:
+                h = self.layers[str(i)](h)
+            if self.rank < self.pp - 1:
+                self.send(h)
+            else:
+                y = self.head(h)
+                h = (y * y).mean() / self.m  # Megatron's schedules: each microbatch's loss / M
+                total = h if total is None else total + h
+            outputs.append(h)
+        grads: list[torch.Tensor] | None = None
+        for mb in reversed(range(self.m)):
+            upstream = None
+            if self.rank < self.pp - 1:
+                upstream = torch.empty(outputs[mb].shape, dtype=outputs[mb].dtype, device=x.device)
+                dist.recv(upstream, src=self.rank + 1)
+            wrt = params + ([inputs[mb]] if self.rank > 0 else [])
+            got = list(torch.autograd.grad(outputs[mb], wrt, grad_outputs=upstream))
+            if self.rank > 0:
+                dist.send(got.pop(), dst=self.rank - 1)
+            if grads is None or self.variant == "grad_overwritten":
+                grads = got  # BUG-SITE: grad_overwritten (each microbatch's gradient replaces the sum so far)
+            else:
+                grads = [a + b for a, b in zip(grads, got, strict=True)]
+        assert grads is not None
+        return (*grads, total) if total is not None else tuple(grads)
+
+
+def gpipe_train(ctx: BuildContext) -> Pipeline:
+    hidden, layers = ctx.knob("hidden", 16), ctx.knob("layers", 4)
+    pp, m, batch = ctx.knob("pp", 2), ctx.knob("microbatches", 1), ctx.knob("batch", 8)
+    variant = ctx.variant or ""
+    return Pipeline(
+        baseline=TrainMlp(hidden, layers),
+        stage=lambda rank: TrainStage(hidden, layers, rank, pp, m, True, "send_recv", variant),
+        stages=pp,
+        inputs=[Input("x", (batch, hidden))],
+    )
