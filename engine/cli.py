@@ -151,6 +151,20 @@ def _witness(args: argparse.Namespace) -> int:
     return 0 if report.equal else 1
 
 
+def _compose(args: argparse.Namespace) -> int:
+    """Compose a pipeline artifact: every transfer matched, the schedule run, then one program
+    (engine/pipeline/compose.py); a pipeline that cannot run is bad input naming both ends."""
+    from .pipeline.compose import compose_folder
+
+    composed = compose_folder(args.folder)
+    out = args.out or args.folder / "distributed.hlo"
+    out.write_text(composed.text)
+    (out.parent / "sourcemap.json").write_text(json.dumps(composed.sourcemap, indent=1) + "\n")
+    st = composed.stats
+    print(f"composed {st['stages']} stages along {st['edges']} transfers into {out} ({st['instructions']} instructions)")
+    return 0
+
+
 def _assumed_names(texts: list[str], args: argparse.Namespace) -> list[str]:
     """The elided constants ``check`` assumes equal in this pair (filled alike for execution)."""
     from .analysis.check import _parse
@@ -191,6 +205,10 @@ def build_parser(extensions: bool = True) -> argparse.ArgumentParser:
     w.add_argument("--no-recheck", action="store_true", help="do not recheck differences in f64")
     w.add_argument("--assume", action="append", choices=ASSUMPTIONS, help="elided-constants: fill each elided constant and its namesake in the other program with the same values")
     w.set_defaults(func=_witness)
+    pc = sub.add_parser("compose", help="compose a pipeline's stage programs (stage<k>.hlo, pipeline.yaml) into distributed.hlo and sourcemap.json")
+    pc.add_argument("folder", type=Path, help="the pipeline model's build folder (holds pipeline.yaml)")
+    pc.add_argument("--out", type=Path, help="write the composed program here (default FOLDER/distributed.hlo; its source map beside it as sourcemap.json)")
+    pc.set_defaults(func=_compose)
     # Later stages of the flow register their own subcommands (build/run: front end;
     # report/github: the bot). Each module exposes register(subparsers); imports stay light.
     import importlib
@@ -206,7 +224,7 @@ def build_parser(extensions: bool = True) -> argparse.ArgumentParser:
 
 # Subcommands that need none of the later stages: their parse skips importing the front end's
 # and the bot's command modules (configuration, schema, runner: ~60 ms of every check).
-OWN_COMMANDS = ("check", "witness")
+OWN_COMMANDS = ("check", "witness", "compose")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,10 +10,12 @@ ends. The schedule checks are also exercised on their own (no torch).
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from config_runs import ROOT, run_template
 
 from shardproof.engine.pipeline.compose import PipelineError, check_schedule
@@ -31,10 +33,12 @@ models:
   - name: gpipe_pp4_batch
     entry: gpipe:gpipe
     size: {{pp: 4, transport: batch}}
-  - name: bug_repeat_layer
+  - name: bug_drop_layer
     entry: gpipe:gpipe
-    variant: repeat_layer
+    variant: drop_layer
     expect: diverged
+  - name: train_pp2
+    entry: gpipe:gpipe_train
   - name: bug_loss_not_scaled
     entry: gpipe:gpipe
     size: {{loss: true, microbatches: 2}}
@@ -77,8 +81,16 @@ def test_pp4_with_batch_isend_irecv_is_verified(report: tuple[dict[str, Any], Pa
     assert "%s0." in hlo and "%s3." in hlo
 
 
-@pytest.mark.parametrize(("name", "marker"), [("bug_repeat_layer", "h = self.layers[str(i)](h)"), ("bug_loss_not_scaled", "total = torch.stack(results).sum()")])
-def test_stage_bugs_are_diverged_with_the_composed_witness(report: tuple[dict[str, Any], Path], name: str, marker: str) -> None:
+def test_training_step_loss_and_every_gradient_verified(report: tuple[dict[str, Any], Path]) -> None:
+    summary, out = report
+    model = _entry(summary, "train_pp2")
+    assert model["status"] == "verified", (model["build"].get("error"), model.get("result", {}).get("reason"))
+    # 2 blocks per stage and the head: 10 gradients and the loss, each related to the baseline's
+    assert (out / "train_pp2" / "relations.yaml").read_text().count("relation: duplicate}  # stage") == 11
+
+
+@pytest.mark.parametrize("name", ["bug_drop_layer", "bug_loss_not_scaled"])
+def test_stage_bugs_are_diverged_with_the_composed_witness(report: tuple[dict[str, Any], Path], name: str) -> None:
     model = _entry(report[0], name)
     result = model["result"]
     assert model["status"] == "diverged", result["reason"]
@@ -124,3 +136,20 @@ def test_schedule_checks_name_both_ends() -> None:
     for ops in both_send["schedule"].values():
         ops[0]["blocking"] = False
     check_schedule(both_send)
+
+
+def test_compose_command_rebuilds_the_program_and_rejects_a_broken_artifact(report: tuple[dict[str, Any], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from shardproof.engine.cli import main
+
+    # A dropped layer leaves baseline weights no stage reads: the artifact records them.
+    folder = tmp_path / "drop"
+    shutil.copytree(report[1] / "bug_drop_layer", folder)
+    assert main(["compose", str(folder), "--out", str(tmp_path / "again.hlo")]) == 0
+    assert (tmp_path / "again.hlo").read_text() == (folder / "distributed.hlo").read_text()
+    spec = yaml.safe_load((folder / "pipeline.yaml").read_text())
+    assert spec["unread"] and spec["unread"][0]["name"] == "layers.2.fc.weight"
+    spec["schedule"][1] = [op for op in spec["schedule"][1] if op["op"] != "recv"]
+    (folder / "pipeline.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["compose", str(folder)]) == 3
+    err = capsys.readouterr().err
+    assert re.search(r"pipeline\.yaml:transfers: send #1 at examples/pipeline/gpipe\.py:\d+ \(stage 0 to stage 1\) has no matching receive on stage 1", err), err

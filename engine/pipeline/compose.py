@@ -316,4 +316,12 @@ def compose_folder(folder: Path) -> Composed:
         sm = folder / str(st.get("sourcemap", ""))
         if st.get("sourcemap") and sm.exists():
             maps[k] = json.loads(sm.read_text())
-    return compose(spec, stages, maps, str(spec_path))
+    unread: list[tuple[str, str, Any]] = []
+    if spec.get("unread"):
+        base = parse_hlo((folder / "baseline.hlo").read_text(), str(folder / "baseline.hlo"))
+        shapes = {p.parameter_number: p.shape for p in base.entry.parameters}
+        for u in spec["unread"]:
+            if u.get("baseline_parameter") not in shapes:
+                raise InputError(str(spec_path), "unread", f"{u.get('kind')} {u.get('name')!r}: baseline.hlo has no parameter {u.get('baseline_parameter')}")
+            unread.append((str(u["kind"]), str(u["name"]), shapes[u["baseline_parameter"]]))
+    return compose(spec, stages, maps, str(spec_path), tuple(unread))
