@@ -391,8 +391,8 @@ def unit_dim_broadcasts(comp: Computation) -> Computation:
     [s, 1, 1, d] frequencies viewed as [s, 1, d] on the rank and [s, d] in the baseline) then
     meet the baseline's broadcast.
 
-    A broadcast of any other operand that has size-1 dims, each mapped onto a result dim of
-    size 1, broadcasts a squeezing reshape of it (``<operand>.squeeze``), by the same law:
+    A broadcast of any other operand whose size-1 dims land on size-1 result dims at other
+    positions broadcasts a squeezing reshape of it (``<operand>.squeeze``), by the same law:
     torch-xla folds ``cos.unsqueeze(1)`` times q of one head per rank into a broadcast that
     maps cos's unit batch dim onto the unit heads dim, where the baseline broadcasts [s, d]."""
     comp = _clone(comp)
@@ -430,7 +430,10 @@ def _squeeze_unit_operand(ins: Instruction, src: Instruction, squeezes: dict[str
     shape = src.shape
     if shape.is_tuple or len(dims) != shape.rank:
         return
-    kept = [i for i, d in enumerate(shape.dims) if d != 1]
+    # Only a unit dim that lands on a unit result dim at another position (cos's batch dim on the
+    # heads dim); a keep-dims reduction broadcast back in place (dims[i] == i) keeps its unit
+    # dims, whose rank-group relations the squeeze would not carry.
+    kept = [i for i, d in enumerate(shape.dims) if d != 1 or dims[i] == i]
     if len(kept) == shape.rank or any(ins.shape.dims[dims[i]] != 1 for i in range(shape.rank) if i not in kept):
         return
     if src.name not in squeezes:
