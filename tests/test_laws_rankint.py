@@ -157,3 +157,53 @@ def test_no_value_where_xla_semantics_are_special() -> None:
         text = _program("s32", body)
         g = build(spec, parse_hlo("HloModule b\n\nENTRY main {\n  ROOT z = s32[] constant(0)\n}\n"), parse_hlo(text), {"r"})
         assert rankint._Eval(np, g, {"rank": 0, "device": 0}, rankint.MAX_ELEMENTS).value(g.by_name[("distributed", "v")]) is None
+
+
+# ---- a position table read by the rank: a reshaped constant table and a rank-offset
+# dynamic-slice, against the baseline's iota (the spelling of a per-rank offset table).
+
+POS_BASE = """HloModule pos_base
+
+ENTRY main {
+  x = f32[16,8]{1,0} parameter(0)
+  pos = s32[16]{0} iota(), iota_dimension=0
+  pf = f32[16]{0} convert(pos)
+  pb = f32[16,8]{1,0} broadcast(pf), dimensions={0}
+  ROOT y = f32[16,8]{1,0} add(x, pb)
+}
+"""
+
+POS_DIST = """HloModule pos_dist
+
+ENTRY main {
+  x = f32[4,8]{1,0} parameter(0)
+  rank = s32[] parameter(1)
+  tbl = s32[4,4]{1,0} constant({ { 0, 1, 2, 3 }, { 4, 5, 6, 7 }, { 8, 9, 10, 11 }, { 12, 13, 14, 15 } })
+  zero = s32[] constant(0)
+  row = s32[1,4]{1,0} dynamic-slice(tbl, rank, zero), dynamic_slice_sizes={1,4}
+  pos = s32[4]{0} reshape(row)
+  pf = f32[4]{0} convert(pos)
+  pb = f32[4,8]{1,0} broadcast(pf), dimensions={0}
+  ROOT y = f32[4,8]{1,0} add(x, pb)
+}
+"""
+
+
+def _check_pos(tmp_path: Path, dist: str) -> Any:
+    (tmp_path / "b.hlo").write_text(POS_BASE)
+    (tmp_path / "d.hlo").write_text(dist)
+    (tmp_path / "r.yaml").write_text(RELATIONS)
+    return check_files(load_relations(tmp_path / "r.yaml"), tmp_path / "b.hlo", tmp_path / "d.hlo")
+
+
+def test_position_table_verified_only_with_the_family(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _check_pos(tmp_path, POS_DIST).verdict == "verified"
+    monkeypatch.setattr(laws, "FAMILIES", [f for f in laws.FAMILIES if f.name != "rankint"])
+    monkeypatch.setattr("shardproof.engine.analysis.graph.FAMILIES", laws.FAMILIES)
+    assert _check_pos(tmp_path, POS_DIST).verdict == "unproven"
+
+
+def test_position_table_with_two_rows_swapped_diverged_where_it_is_read(tmp_path: Path) -> None:
+    res = _check_pos(tmp_path, POS_DIST.replace("{ 4, 5, 6, 7 }, { 8, 9, 10, 11 }", "{ 8, 9, 10, 11 }, { 4, 5, 6, 7 }"))
+    assert res.verdict == "diverged"
+    assert res.divergences[0]["instruction"] == "%pos"
