@@ -265,7 +265,15 @@ def build(request: common.BuildRequest, decl: Pipeline, ctx: Any, timings: dict[
     (folder / "sourcemap.json").write_text(json.dumps(composed.sourcemap, indent=1) + "\n")
     (folder / "relations.yaml").write_text(_relations(request, decl, base, composed))
     return {
-        "pipeline": {"stages": decl.stages, "edges": len(edges), "transfers": sum(len(r.ops) for r in recorders) // 2},
+        # Facts for the reader of a diverged pipeline, not verdicts: a weight no stage reads is a
+        # layer no stage runs; one several stages read may be a repeated layer (or a tied weight).
+        "pipeline": {
+            "stages": decl.stages,
+            "edges": len(edges),
+            "transfers": sum(len(r.ops) for r in recorders) // 2,
+            "unread": [name for kind, name, _ in unread if kind == "weight"],
+            "read_by_several_stages": {name: ks for name in base.params if len(ks := [st["stage"] for st in stage_specs if any(p["kind"] == "weight" and p["name"] == name for p in st["parameters"])]) > 1},
+        },
         "parameters": {"baseline": len(base.captured.parameter_shapes), "distributed": len(composed.parameters)},
         "sharded_parameters": 0,
         "outputs": base.outputs,
