@@ -138,6 +138,34 @@ def _witness(spec: RelationSpec, result: Result, paths: dict[str, str], witness:
     return result
 
 
+def odd_layers(f: Any) -> list[int]:
+    """Layers left unfolded between two folded layers of one class: a stack whose layer k alone
+    differs from its neighbours (a bug in that layer, most often; or a model with one special
+    layer in the middle)."""
+    ks = sorted(f.layers)
+    return [k for k in range(ks[0], ks[-1]) if k not in f.layers and k - 1 in f.layers and k + 1 in f.layers and f.layers[k - 1].cls == f.layers[k + 1].cls] if ks else []
+
+
+_WARM = "HloModule warm\n\nENTRY %warm (p: f32[]) -> f32[] {\n  ROOT %p = f32[] parameter(0)\n}\n"
+
+
+def _warm_witness() -> None:
+    """Start the witness's worker (a process that imports jax: about a second) in the background,
+    while the folded run proves the pair: a pair with an odd layer is likely to need the witness,
+    and then its worker is ready. Only a speculation: nothing waits for it, a failure is ignored,
+    and a verified pair with an odd layer pays only the worker's start-up."""
+    import contextlib
+    import threading
+
+    def warm() -> None:
+        from ..witness.service import call
+
+        with contextlib.suppress(Exception):  # the real call reports what is wrong with the worker
+            call("segment.cut_instruction", _WARM, "p")
+
+    threading.Thread(target=warm, name="shardproof-witness-warm", daemon=True).start()
+
+
 def executable_text(text: str, assumed_equal: list[str]) -> str:
     """The text the witness executes: each elided constant named in ``assumed_equal`` filled
     (the same values in both programs: the assumption, executed; engine.witness.inputs), and
@@ -176,6 +204,8 @@ def _check_files(spec: RelationSpec, baseline: str | Path, distributed: str | Pa
         timings["fold"] = time.perf_counter() - t
         if f is not None:
             note["folded_layers"] = len(f.layers)
+            if evidence is not None and odd_layers(f):
+                _warm_witness()
             try:
                 t = time.perf_counter()
                 base, dist = _parse_pair(spec, {"baseline": f.baseline_text, "distributed": f.distributed_text}, paths, " (folded)", assumed)
