@@ -6,8 +6,10 @@ It sits below ``engine.analysis`` and knows nothing of facts or rules: it reads 
 relations document (the YAML's plain data) and answers with numbers. Modules:
 
 - ``runtime``: jax/jaxlib access (imported lazily, once), reading a module, the
-  replica/partition flavour mapping, channel renumbering, compiling (cached) and executing;
-- ``inputs``: random inputs that satisfy the input relations (and ``int_range``);
+  replica/partition flavour mapping, mesh replica groups written out explicitly (XLA's
+  importer loses their meaning), channel renumbering, compiling (cached) and executing;
+- ``inputs``: random inputs that satisfy the input relations (and ``int_range``); each group
+  its own data where the relations say so (``per_group_data``); edge inputs on seeds >= 1000;
 - ``compare``: per-dtype tolerances and the comparison of one output under its relation;
 - ``segment``: cutting instructions out of a text (a diverging instruction with its operands
   as parameters) and adding extra outputs (numeric localization);
