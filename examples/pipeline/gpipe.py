@@ -202,3 +202,56 @@ def gpipe_train(ctx: BuildContext) -> Pipeline:
         stages=pp,
         inputs=[Input("x", (batch, hidden))],
     )
+
+
+class TpBlock(nn.Module):
+    """A Megatron-style MLP block over the stage's tensor-parallel group: ``up`` split along its
+    output features (column-parallel), ``down`` along its input features (row-parallel), the
+    partial sums all-reduced over the group. At ``tp`` 1 it is the single-device block."""
+
+    def __init__(self, hidden: int, ffn: int, tp: int, groups: list[list[int]], variant: str = "") -> None:
+        super().__init__()
+        self.tp, self.groups, self.variant = tp, groups, variant
+        self.up = nn.Linear(hidden, ffn // tp)
+        self.down = nn.Linear(ffn // tp, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.down(torch.tanh(self.up(x)))
+        if self.tp > 1 and self.variant != "tp_missing_allreduce":
+            import torch_xla.core.xla_model as xm
+
+            y = xm.all_reduce(xm.REDUCE_SUM, y, groups=self.groups)  # BUG-SITE: tp_missing_allreduce (dropped)
+        return x + y
+
+
+class TpMlp(nn.Module):
+    def __init__(self, hidden: int, ffn: int, layers: int, tp: int = 1, groups: list[list[int]] | None = None) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(TpBlock(hidden, ffn, tp, groups or [[0]]) for _ in range(layers))
+        self.head = nn.Linear(hidden, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+class TpStage(Stage):
+    """Stage ``rank`` of a PP x TP pipeline: its blocks tensor-parallel over its TP group."""
+
+    def __init__(self, hidden: int, ffn: int, layers: int, rank: int, pp: int, tp: int, groups: list[list[int]], variant: str) -> None:
+        super().__init__(hidden, layers, rank, pp, 1, False, "send_recv", variant)
+        self.layers = nn.ModuleDict({str(i): TpBlock(hidden, ffn, tp, groups, variant) for i in self.own})
+
+
+def gpipe_tp(ctx: BuildContext) -> Pipeline:
+    hidden, ffn, layers = ctx.knob("hidden", 16), ctx.knob("ffn", 32), ctx.knob("layers", 4)
+    pp, batch = ctx.knob("pp", 2), ctx.knob("batch", 8)
+    variant = ctx.variant or ""
+    return Pipeline(
+        baseline=TpMlp(hidden, ffn, layers),
+        stage=lambda rank: TpStage(hidden, ffn, layers, rank, pp, ctx.tp, ctx.groups, variant),
+        stages=pp,
+        inputs=[Input("x", (batch, hidden))],
+        plan={"layers.*.up": "colwise", "layers.*.down": "rowwise"},
+    )

@@ -8,8 +8,8 @@ into the ``distributed.hlo`` the verifier checks against the baseline.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..declare import Input
@@ -27,6 +27,10 @@ class Pipeline:
     pipeline's results are every stage's results in stage order. Its parameter and buffer
     names must be the baseline's (each stage holds some of the baseline's layers).
     ``outputs``: expected relation per result (default: all ``replicate``).
+    ``plan``: with ``tp`` > 1 (pipeline x tensor parallelism), how the ranks of a stage's TP
+    group hold its weights (the ``Model.plan`` vocabulary); every stage is traced as the one
+    SPMD program of its group and rank r of stage k sends to rank r of its peer stage, as
+    Megatron's pipeline communication does, so peers are named by stage index.
     """
 
     baseline: Any
@@ -34,3 +38,4 @@ class Pipeline:
     stages: int
     inputs: Sequence[Input]
     outputs: Sequence[Any] | None = None
+    plan: Mapping[str, Any] = field(default_factory=dict)

@@ -156,8 +156,8 @@ def _shape(t: Any) -> str:
 def _check(decl: Pipeline, request: common.BuildRequest) -> None:
     if not isinstance(decl.stages, int) or decl.stages < 2:
         raise common.DeclarationError(f"Pipeline.stages: expected an integer >= 2, got {decl.stages!r}", "entry")
-    if len(request.groups) != 1 or len(request.groups[0]) != 1:
-        raise common.DeclarationError(f"a pipeline is built with one rank per stage (tp: 1); got groups {request.groups}", "tp")
+    if len(request.groups) != 1:
+        raise common.DeclarationError(f"a pipeline's stage is one tensor-parallel group (tp: N); got groups {request.groups}", "tp")
     if not callable(decl.stage):
         raise common.DeclarationError("Pipeline.stage: expected a function of the stage rank returning its module or callable", "entry")
 
@@ -166,7 +166,12 @@ def build(request: common.BuildRequest, decl: Pipeline, ctx: Any, timings: dict[
     _check(decl, request)
     root = Path(request.root)
     exclude = [*common.hidden_files(root, request.hide_frames), *(str(p) for p in Path(_HERE).glob("*.py"))]
-    plan = common.Plan.parse({})
+    try:
+        plan = common.Plan.parse(dict(decl.plan))
+    except common.PlanError as e:
+        raise common.DeclarationError(str(e), "entry") from e
+    c = request.c
+    relations: dict[str, Any] = {}
     folder = Path(request.out_dir)
     folder.mkdir(parents=True, exist_ok=True)
 
@@ -196,8 +201,10 @@ def build(request: common.BuildRequest, decl: Pipeline, ctx: Any, timings: dict[
             if (n := common._number(side, ph)) is not None:
                 if name not in base.params:
                     raise common.DeclarationError(f"stage {k} reads parameter {name!r}, which the baseline does not have; a stage holds some of the baseline's layers under the baseline's names", "entry")
-                if tuple(base.params[name].shape) != tuple(ph.shape):
-                    raise common.DeclarationError(f"stage {k}: parameter {name!r} is {tuple(ph.shape)} but {tuple(base.params[name].shape)} in the baseline (one rank per stage holds whole layers)", "entry")
+                try:
+                    relations[name] = common.relation_for(plan, name, common._module_kind(decl.baseline, name), tuple(base.params[name].shape), tuple(ph.shape), c)
+                except common.PlanError as e:
+                    raise common.DeclarationError(f"stage {k}: {e}", "entry") from e
                 params.append({"parameter": n, "kind": "weight", "name": name})
                 known.add(n)
         for ph, op in rec.received:
@@ -206,6 +213,9 @@ def build(request: common.BuildRequest, decl: Pipeline, ctx: Any, timings: dict[
                 params.append({"parameter": n, "kind": "recv", "name": f"recv from stage {op['peer']} at {op['at']}"})
                 known.add(n)
         for n in sorted(set(side.captured.parameter_shapes) - known):
+            if common._is_collective_token(side, n):
+                params.append({"parameter": n, "kind": "token", "name": "token"})
+                continue
             raise common.DeclarationError(f"stage {k}'s program has parameter {n} that is no input, weight or receive: {common._describe_parameter(side, n)}")
         results = len(rec.results)
         for op in rec.ops:
@@ -263,7 +273,7 @@ def build(request: common.BuildRequest, decl: Pipeline, ctx: Any, timings: dict[
     (folder / "baseline.sourcemap.json").write_text(capture.dump_sourcemap(base.captured.sourcemap))
     (folder / "distributed.hlo").write_text(composed.text)
     (folder / "sourcemap.json").write_text(json.dumps(composed.sourcemap, indent=1) + "\n")
-    (folder / "relations.yaml").write_text(_relations(request, decl, base, composed))
+    (folder / "relations.yaml").write_text(_relations(request, decl, base, composed, relations))
     return {
         # Facts for the reader of a diverged pipeline, not verdicts: a weight no stage reads is a
         # layer no stage runs; one several stages read may be a repeated layer (or a tied weight).
@@ -282,16 +292,26 @@ def build(request: common.BuildRequest, decl: Pipeline, ctx: Any, timings: dict[
     }
 
 
-def _relations(request: common.BuildRequest, decl: Pipeline, base: Any, composed: Any) -> str:
-    """Inputs and weights are the baseline's own (duplicate: one rank per stage holds whole
-    layers); results are expected equal to the baseline's outputs, one for one."""
-    lines = [common._HEADER, f"# pipeline {request.name}: {request.entry}" + (f" variant={request.variant}" if request.variant else "") + f", {decl.stages} stages composed\n", "groups: [[0]]\n", "inputs:\n"]
+def _relations(request: common.BuildRequest, decl: Pipeline, base: Any, composed: Any, weights: dict[str, Any]) -> str:
+    """Inputs are whole on every rank; weights as the plan says (whole with one rank per
+    stage); results are expected as declared (default: equal to the baseline's outputs)."""
+    lines = [common._HEADER, f"# pipeline {request.name}: {request.entry}" + (f" variant={request.variant}" if request.variant else "") + f", {decl.stages} stages composed\n", f"groups: {json.dumps(request.groups)}\n", "inputs:\n"]
     by_input = {i.name: i for i in decl.inputs}
     for d, (kind, name) in enumerate(composed.parameters):
+        if kind == "token":
+            lines.append(f"  - {{distributed: {d}, relation: token}}  # torch-xla's collective token; 0 at program start\n")
+            continue
         b = common._number(base, base.inputs[name] if kind == "input" else base.params[name])
         if b is None:
             raise common.DeclarationError(f"the stages read {kind} {name!r}, which the baseline never reads; the two programs must compute the same function", "entry")
-        fields = [f"baseline: {b}", f"distributed: {d}", "relation: duplicate"]
+        rel = weights.get(name) if kind == "weight" else None
+        fields = [f"baseline: {b}", f"distributed: {d}"]
+        if rel is None or rel.relation == "duplicate":
+            fields.append("relation: duplicate")
+        elif rel.relation == "sharded":
+            fields += ["relation: sharded", f"dim: {rel.dim}"] + ([f"blocks: {json.dumps(list(rel.blocks))}"] if rel.blocks else [])
+        else:
+            raise common.DeclarationError(f"weight {name!r}: {rel.describe()} is not supported in a pipeline stage yet", "entry")
         spec = by_input.get(name) if kind == "input" else None
         if spec is not None and spec.int_range is not None:
             fields.append(f"int_range: {json.dumps(list(spec.int_range))}")
@@ -301,7 +321,7 @@ def _relations(request: common.BuildRequest, decl: Pipeline, base: Any, composed
         raise common.DeclarationError(f"the baseline returns {base.outputs} output(s), the stages {len(composed.outputs)} result(s) (outputs lists {len(specs)})", "outputs")
     lines.append("outputs:\n")
     for i, spec in enumerate(specs):
-        if spec != "replicate":
-            raise common.DeclarationError(f"Pipeline.outputs[{i}]: {spec!r}; a pipeline's results are whole tensors (replicate)", "outputs")
-        lines.append(f"  - {{baseline: {i}, distributed: {i}, relation: duplicate}}  # stage {composed.outputs[i][0]} result {composed.outputs[i][1]}\n")
+        rel = common._output_relation(spec, i, weights, "Pipeline.outputs")
+        fields = [f"baseline: {i}", f"distributed: {i}"] + [f"{k}: {v if isinstance(v, str) else json.dumps(v)}" for k, v in rel.items()]
+        lines.append(f"  - {{{', '.join(fields)}}}  # stage {composed.outputs[i][0]} result {composed.outputs[i][1]}\n")
     return "".join(lines)
