@@ -5,16 +5,26 @@ regression in a fork of fairscale would reach only the sharded program). This fi
 from __future__ import annotations
 
 import torch
-from fairscale.nn.model_parallel import layers
+from fairscale.nn.model_parallel import layers, utils
 
 
 def _no_reduce(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+class _ReversedVocab(utils.VocabUtility):
+    @staticmethod
+    def vocab_range_from_global_vocab_size(global_vocab_size: int, rank: int, world_size: int) -> tuple[int, int]:
+        return utils.VocabUtility.vocab_range_from_global_vocab_size(global_vocab_size, world_size - 1 - rank, world_size)
+
+
 def apply(variant: str | None) -> None:
     if variant == "missing_reduce":
         # RowParallelLinear adds its bias to a partial sum: the all-reduce is gone
         layers.reduce_from_model_parallel_region = _no_reduce
+    elif variant == "vocab_range_reversed":
+        # VocabParallelEmbedding masks the ids of another rank's rows (its range computed for
+        # rank c - 1 - r) while it holds rank r's rows
+        layers.VocabUtility = _ReversedVocab
     elif variant is not None:
         raise ValueError(f"unknown variant {variant!r}")

@@ -218,6 +218,7 @@ def embeddings(ctx: BuildContext) -> Model:
     baseline = Embeddings(n["vocab"], n["dim"], vocab_parallel)
 
     def distributed(rank: int) -> Embeddings:
+        bugs.apply(ctx.variant)
         model_parallel(ctx.tp)
         return Embeddings(n["vocab"], n["dim"], vocab_parallel)
 

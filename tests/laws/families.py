@@ -505,6 +505,56 @@ def window(rng: random.Random) -> Program:
     return Program("window", form, base, dist, rel)
 
 
+# ---- neutral elements (rules/neutral.egg): fairscale's degree-1 mask over a declared range ----------
+
+
+def neutral(rng: random.Random) -> Program:
+    """fairscale's VocabParallelEmbedding at degree 1 as the baseline: it masks ids outside
+    [lo_b, hi_b) (``ids < lo_b | ids >= hi_b``, the or spelled on pred or on an int type through
+    pred -> int -> pred converts, as torch-xla lowers ``|``), shifts the ids by ``k·1`` and
+    masks the gathered rows; the distributed program looks the ids up in its (duplicate) table
+    with no mask. Drawn: the id type (narrow and unsigned included), the ids' declared range
+    (inside [0, V) or not), the mask's bounds (the vocabulary, or one off), the or's type, the
+    shift (0, or 1: a real shift) and the groups."""
+    groups = _layout(rng)
+    ti = rng.choice(["s32", "s64", "s8", "u8", "s16", "u16", "u32"])
+    v = rng.choice([6, 16, 64, 100])
+    n, h = 6, 4
+    tlo, thi = RANGES[ti]
+    lo = max(rng.choice([0, 0, 0, 1, -1]), tlo)
+    hi = min(rng.choice([v, v, v, v - 1, v + 1]), thi + 1)
+    lo_b = rng.choice([0, 0, 0, 1])
+    hi_b = rng.choice([v, v, v, v - 1])
+    to = rng.choice(["pred", "u8", "u8", "s32", "s8", "u32"])
+    k = 0 if rng.random() < 0.8 else 1
+    lo_l, hi_l = _int_literal(lo_b, ti), _int_literal(hi_b, ti)
+    body = (f"  %c0 = {ti}[] constant({lo_l})\n  %c0s = {ti}[{n}] broadcast({ti}[] %c0), dimensions={{}}\n"
+            f"  %lt = pred[{n}] compare({ti}[{n}] %ids, {ti}[{n}] %c0s), direction=LT\n"
+            f"  %cv = {ti}[] constant({hi_l})\n  %cvs = {ti}[{n}] broadcast({ti}[] %cv), dimensions={{}}\n"
+            f"  %ge = pred[{n}] compare({ti}[{n}] %ids, {ti}[{n}] %cvs), direction=GE\n")
+    if to == "pred":
+        body += f"  %m = pred[{n}] or(pred[{n}] %lt, pred[{n}] %ge)\n"
+    else:
+        body += (f"  %lu = {to}[{n}] convert(pred[{n}] %lt)\n  %gu = {to}[{n}] convert(pred[{n}] %ge)\n"
+                 f"  %ou = {to}[{n}] or({to}[{n}] %lu, {to}[{n}] %gu)\n  %m = pred[{n}] convert({to}[{n}] %ou)\n")
+    body += (f"  %k0 = {ti}[] constant({k})\n  %k1 = {ti}[] constant(1)\n  %k = {ti}[] multiply({ti}[] %k0, {ti}[] %k1)\n"
+             f"  %ks = {ti}[{n}] broadcast({ti}[] %k), dimensions={{}}\n  %s = {ti}[{n}] subtract({ti}[{n}] %ids, {ti}[{n}] %ks)\n"
+             f"  %z = {ti}[] constant(0)\n  %zs = {ti}[{n}] broadcast({ti}[] %z), dimensions={{}}\n"
+             f"  %idx = {ti}[{n}] select(pred[{n}] %m, {ti}[{n}] %zs, {ti}[{n}] %s)\n"
+             f"  %g = f32[{n},{h}] gather(f32[{v},{h}] %e, {ti}[{n}] %idx), offset_dims={{1}}, collapsed_slice_dims={{0}}, start_index_map={{0}}, index_vector_dim=1, slice_sizes={{1,{h}}}\n"
+             f"  %mb = pred[{n},{h}] broadcast(pred[{n}] %m), dimensions={{0}}\n  %fz = f32[] constant(0)\n  %fzs = f32[{n},{h}] broadcast(f32[] %fz), dimensions={{}}\n"
+             f"  ROOT %o = f32[{n},{h}] select(pred[{n},{h}] %mb, f32[{n},{h}] %fzs, f32[{n},{h}] %g)\n")
+    head = f"ENTRY %main (ids: {ti}[{n}], e: f32[{v},{h}]) -> f32[{n},{h}] {{\n  %ids = {ti}[{n}] parameter(0)\n  %e = f32[{v},{h}] parameter(1)\n"
+    base = "HloModule masked_base\n\n" + head + body + "}\n"
+    dist = ("HloModule plain_dist\n\n" + head + f"  ROOT %g = f32[{n},{h}] gather(f32[{v},{h}] %e, {ti}[{n}] %ids), offset_dims={{1}}, collapsed_slice_dims={{0}}, "
+            f"start_index_map={{0}}, index_vector_dim=1, slice_sizes={{1,{h}}}\n}}\n")
+    rel = {"groups": groups, "inputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate", "int_range": [lo, hi]},
+                                        {"baseline": 1, "distributed": 1, "relation": "duplicate"}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    form = f"V={v} ids {ti} in [{lo}, {hi}); baseline masks ids outside [{lo_l}, {hi_l}) (or in {to}), shifts by {k}·1 (groups {groups})"
+    return Program("neutral", form, base, dist, rel)
+
+
 FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "rankpos": rankpos,
     "argreduce": argreduce,
@@ -513,6 +563,7 @@ FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "collectives": collectives,
     "vocab": vocab,
     "window": window,
+    "neutral": neutral,
 }
 
 

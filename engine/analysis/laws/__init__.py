@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import window
-from . import crossentropy, rankint
+from . import crossentropy, neutral, rankint
 
 if TYPE_CHECKING:
     from ...ir import Instruction, Shape
@@ -57,6 +57,7 @@ FAMILIES: list[Family] = [
     Family("crossentropy", "crossentropy.egg", crossentropy.XENT_TABLES, frozenset({"gather", "concatenate", "reshape", "broadcast", "reduce"}), _xent),
     Family("window", "window.egg", window.WINDOW_TABLES, frozenset({"reduce-window", "reduce", "broadcast", "transpose", "reshape"}), window.window_rows),
     Family("rankint", "rankint.egg", rankint.TABLES, graph_rows=rankint.graph_rows),
+    Family("neutral", "neutral.egg", neutral.TABLES, neutral.OPCODES, neutral.instruction_rows),
 ]
 
 
