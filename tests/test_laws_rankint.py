@@ -207,3 +207,83 @@ def test_position_table_with_two_rows_swapped_diverged_where_it_is_read(tmp_path
     res = _check_pos(tmp_path, POS_DIST.replace("{ 4, 5, 6, 7 }, { 8, 9, 10, 11 }", "{ 8, 9, 10, 11 }, { 4, 5, 6, 7 }"))
     assert res.verdict == "diverged"
     assert res.divergences[0]["instruction"] == "%pos"
+
+
+# ---- a rank scalar spelled as torch-xla lowers Python's % (remainder plus sign fix-ups):
+# (r % 4) * 2 is 2·r on 4 ranks, the offset of the rank's rows.
+
+MOD_BASE = """HloModule mod_base
+
+ENTRY main {
+  x = f32[8,4]{1,0} parameter(0)
+  ROOT y = f32[8,4]{1,0} negate(x)
+}
+"""
+
+MOD_DIST = """HloModule mod_dist
+
+ENTRY main {
+  x = f32[8,4]{1,0} parameter(0)
+  r = s32[] parameter(1)
+  m = s32[] constant(4)
+  am = s32[] abs(m)
+  rem = s32[] remainder(r, am)
+  ne = pred[] compare(rem, rem), direction=NE
+  z0 = s32[] constant(0)
+  sg = s32[] sign(rem)
+  sgn = s32[] select(ne, z0, sg)
+  sm = s32[] sign(m)
+  prod = s32[] multiply(sgn, sm)
+  lt = pred[] compare(prod, z0), direction=LT
+  nu = u8[] convert(lt)
+  ns = s32[] convert(nu)
+  fix = s32[] multiply(m, ns)
+  pm = s32[] add(rem, fix)
+  two = s32[] constant(2)
+  off = s32[] multiply(pm, two)
+  piece = f32[2,4]{1,0} dynamic-slice(x, off, z0), dynamic_slice_sizes={2,4}
+  ROOT y = f32[2,4]{1,0} negate(piece)
+}
+"""
+
+MOD_RELATIONS = """groups: [[0, 1, 2, 3]]
+inputs:
+  - {baseline: 0, distributed: 0, relation: duplicate}
+  - {distributed: r, relation: rank}
+outputs:
+  - {baseline: 0, distributed: 0, relation: sharded, dim: 0}
+"""
+
+
+def _check_mod(tmp_path: Path, dist: str) -> Any:
+    (tmp_path / "b.hlo").write_text(MOD_BASE)
+    (tmp_path / "d.hlo").write_text(dist)
+    (tmp_path / "r.yaml").write_text(MOD_RELATIONS)
+    return check_files(load_relations(tmp_path / "r.yaml"), tmp_path / "b.hlo", tmp_path / "d.hlo")
+
+
+def test_python_mod_rank_offset_verified_only_with_the_family(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _check_mod(tmp_path, MOD_DIST).verdict == "verified"
+    monkeypatch.setattr(laws, "FAMILIES", [f for f in laws.FAMILIES if f.name != "rankint"])
+    monkeypatch.setattr("shardproof.engine.analysis.graph.FAMILIES", laws.FAMILIES)
+    assert _check_mod(tmp_path, MOD_DIST).verdict == "unproven"
+
+
+def test_python_mod_by_the_wrong_size_diverged_at_the_remainder(tmp_path: Path) -> None:
+    # r % 3 on 4 ranks: rank 3 reads rows 0-1; reported at the remainder that reads the wrong
+    # modulus (its per-rank values are no rank arithmetic: no fact, the witness confirms).
+    res = _check_mod(tmp_path, MOD_DIST.replace("m = s32[] constant(4)", "m = s32[] constant(3)"))
+    assert res.verdict == "diverged"
+    assert res.divergences[0]["instruction"] == "%rem"
+
+
+def test_scalar_rows_only_for_exact_forms() -> None:
+    rows: dict[str, list[tuple[object, ...]]] = {t: [] for t in rankint.TABLES}
+    rankint._scalar_rows(rows, 1, [0, 2, 4, 6])
+    rankint._scalar_rows(rows, 2, [4, 0, 1, 2])  # no single form: 4 is no (r + k) mod 4
+    rankint._scalar_rows(rows, 3, [1, 2, 3, 0])  # (r + 1) mod 4
+    rankint._scalar_rows(rows, 4, [0, 0, 1, 1])  # floor(r / 2)
+    rankint._scalar_rows(rows, 5, [0, 1, 0, 1])  # r mod 2: no fact these rules read
+    assert rows["rkaff"] == [(1, 2, 0)]
+    assert rows["rkmod"] == [(3, 1, 1)]
+    assert rows["rkdiv"] == [(4, 2)]

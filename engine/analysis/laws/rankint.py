@@ -42,14 +42,17 @@ from ...ir import Instruction
 if TYPE_CHECKING:
     from ..graph import Graphs
 
-TABLES = ("rkdup", "rkshard")
+TABLES = ("rkdup", "rkshard", "rkaff", "rkmod", "rkdiv")
 MAX_ELEMENTS = 1 << 16  # per rank (issue 25: ~64k)
 OPCODES = frozenset({
     "parameter", "constant", "iota", "broadcast", "reshape", "transpose", "slice", "concatenate", "copy",
     "convert", "add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "negate", "abs",
     "compare", "select", "clamp", "and", "or", "xor", "not", "shift-left", "shift-right-logical",
-    "shift-right-arithmetic", "dynamic-slice",
+    "shift-right-arithmetic", "dynamic-slice", "sign",
 })  # fmt: skip
+# Rank arithmetic the rules follow themselves (rules/slicing.egg: affine); a rank scalar
+# computed with anything else (remainder, divide, select, compare, sign, ...) is evaluated here.
+AFFINE_OPS = frozenset({"parameter", "constant", "add", "subtract", "multiply", "convert", "reshape", "broadcast", "copy"})
 
 Rows = dict[str, list[tuple[object, ...]]]
 
@@ -64,6 +67,7 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
     dist = [n for n in g.nodes if n.side == "distributed"]
     # Which distributed values are functions of the rank (or device id) and literals only.
     rank_dep: dict[int, bool] = {}  # gid -> depends on the rank; absent: not evaluable
+    nonaffine: set[int] = set()  # computed with an op outside AFFINE_OPS
     for n in dist:
         ins = n.ins
         if not _int_like(ins.shape.dtype) or ins.shape.is_tuple or ins.opcode not in OPCODES or ins.shape.numel > MAX_ELEMENTS:
@@ -74,8 +78,11 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
             continue
         if all(o in rank_dep for o in n.operands):
             rank_dep[n.gid] = any(rank_dep[o] for o in n.operands)
+            if ins.opcode not in AFFINE_OPS or any(o in nonaffine for o in n.operands):
+                nonaffine.add(n.gid)
+    scalars = [gid for gid, dep in rank_dep.items() if dep and gid in nonaffine and g.nodes[gid].ins.shape.numel == 1 and g.nodes[gid].ins.shape.dtype in INT_BITS]
     wanted = [gid for gid, dep in rank_dep.items() if dep and g.nodes[gid].ins.shape.rank >= 1]
-    if not wanted:
+    if not wanted and not scalars:
         return
     # The baseline's literal-only int/pred values, found structurally first: a rank-dependent
     # value whose shape could be none of theirs (equal, or one dim c times larger) is not
@@ -95,7 +102,7 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
         dt, dims = g.nodes[gid].ins.shape.dtype, tuple(g.nodes[gid].ins.shape.dims)
         return (dt, dims) in shapes or any((dt, (*dims[:d], dims[d] * c, *dims[d + 1 :])) in shapes for d in range(len(dims)))
 
-    wanted = [gid for gid in wanted if could_match(gid)]
+    wanted = [gid for gid in wanted if could_match(gid)] + scalars
     if not wanted:
         return
     import numpy as np
@@ -113,6 +120,10 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
                 agreed = {gid: v for gid, v in agreed.items() if v is not None and vals.get(gid) is not None and np.array_equal(v, vals[gid])}
         per_rank.append(agreed or {})
     known = [gid for gid in wanted if all(per_rank[r].get(gid) is not None for r in range(c))]
+    for gid in scalars:
+        if gid in known:
+            _scalar_rows(rows, gid, [int(per_rank[r][gid].reshape(())) for r in range(c)])
+    known = [gid for gid in known if gid not in set(scalars)]
     if not known:
         return
     # The baseline's literal-only int/pred tensors, by (dtype, dims, bytes).
@@ -138,6 +149,25 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
             whole = np.ascontiguousarray(np.concatenate(vals, axis=d))
             for b in table.get((dt, tuple(whole.shape), whole.tobytes()), []):
                 rows["rkshard"].append((b, gid, d))
+
+
+def _scalar_rows(rows: Rows, gid: int, seq: list[int]) -> None:
+    """The rank-arithmetic facts a scalar's per-rank values seq[r] show: a·r + b (affine),
+    w·((r + k) mod c) (rmod, rules/ringcollect.egg), floor(r / K) (rdiv) - each only when it
+    holds on every rank exactly."""
+    from ...hlo.rank import _rotated
+
+    c = len(seq)
+    a = seq[1] - seq[0] if c > 1 else 0
+    if all(v == a * r + seq[0] for r, v in enumerate(seq)):
+        rows["rkaff"].append((gid, a, seq[0]))
+        return
+    rot = _rotated(seq)
+    if rot is not None:
+        rows["rkmod"].append((gid, rot[0], rot[1]))
+    for k in range(2, c):
+        if c % k == 0 and all(v == r // k for r, v in enumerate(seq)):
+            rows["rkdiv"].append((gid, k))
 
 
 class _Eval:
@@ -247,6 +277,8 @@ class _Eval:
         if op in ("add", "subtract", "multiply", "maximum", "minimum"):
             f = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "maximum": np.maximum, "minimum": np.minimum}[op]
             return f(xs[0], xs[1]).astype(npt)  # same-type numpy arithmetic wraps like XLA's
+        if op == "sign":
+            return np.sign(xs[0]).astype(npt)
         if op == "negate":
             return np.negative(xs[0]).astype(npt)
         if op == "abs":
