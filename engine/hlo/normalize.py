@@ -397,7 +397,7 @@ def unit_dim_broadcasts(comp: Computation) -> Computation:
     maps cos's unit batch dim onto the unit heads dim, where the baseline broadcasts [s, d]."""
     comp = _clone(comp)
     by = {i.name: i for i in comp.instructions}
-    squeezes: dict[str, Instruction] = {}  # reshape name -> its squeezed copy, placed after it
+    squeezes: dict[str, list[Instruction]] = {}  # operand name -> its squeezed copies, placed after it
     for ins in comp.instructions:
         if ins.opcode != "broadcast" or not ins.operands:
             continue
@@ -416,14 +416,14 @@ def unit_dim_broadcasts(comp: Computation) -> Computation:
             ins.operands = [src.operands[0]]
             continue
         if src.name not in squeezes:
-            squeezes[src.name] = replace(src, name=f"{src.name}.squeeze", shape=Shape(src.shape.dtype, squeezed), is_root=False, origin=src.origin or src.name)
-        ins.operands = [squeezes[src.name].name]
+            squeezes[src.name] = [replace(src, name=f"{src.name}.squeeze", shape=Shape(src.shape.dtype, squeezed), is_root=False, origin=src.origin or src.name)]
+        ins.operands = [squeezes[src.name][0].name]
     if squeezes:
-        return Computation(comp.name, [x for ins in comp.instructions for x in ([ins, squeezes[ins.name]] if ins.name in squeezes else [ins])], comp.is_entry, comp.loc)
+        return Computation(comp.name, [x for ins in comp.instructions for x in [ins, *squeezes.get(ins.name, ())]], comp.is_entry, comp.loc)
     return comp
 
 
-def _squeeze_unit_operand(ins: Instruction, src: Instruction, squeezes: dict[str, Instruction]) -> None:
+def _squeeze_unit_operand(ins: Instruction, src: Instruction, squeezes: dict[str, list[Instruction]]) -> None:
     """``ins`` = broadcast(src) with src's size-1 dims mapped onto size-1 result dims: the
     broadcast of src reshaped to its other dims (see unit_dim_broadcasts)."""
     dims = list(ins.parsed.get("dimensions", []))
@@ -436,13 +436,20 @@ def _squeeze_unit_operand(ins: Instruction, src: Instruction, squeezes: dict[str
     kept = [i for i, d in enumerate(shape.dims) if d != 1 or dims[i] == i]
     if len(kept) == shape.rank or any(ins.shape.dims[dims[i]] != 1 for i in range(shape.rank) if i not in kept):
         return
-    if src.name not in squeezes:
-        squeezes[src.name] = Instruction(
-            name=f"{src.name}.squeeze", opcode="reshape", shape=Shape(shape.dtype, tuple(shape.dims[i] for i in kept)),
+    # Which dims are kept depends on this broadcast's dimensions, so two broadcasts of src may
+    # need different squeezes: one copy per squeezed shape (sharing one would hand a broadcast
+    # an operand of another rank than its dimensions list).
+    want = Shape(shape.dtype, tuple(shape.dims[i] for i in kept))
+    copies = squeezes.setdefault(src.name, [])
+    sq = next((x for x in copies if x.shape == want), None)
+    if sq is None:
+        sq = Instruction(
+            name=f"{src.name}.squeeze" + (f".{len(copies)}" if copies else ""), opcode="reshape", shape=want,
             operands=[src.name], metadata=src.metadata, loc=src.loc, origin=src.origin or src.name,
         )
+        copies.append(sq)
     ins.parsed = dict(ins.parsed, dimensions=[dims[i] for i in kept])
-    ins.operands = [squeezes[src.name].name]
+    ins.operands = [sq.name]
 
 
 def flat_row_slices(comp: Computation) -> Computation:
