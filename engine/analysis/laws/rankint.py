@@ -8,7 +8,11 @@ computed from literals only has one exact value. Then
 - ``rkshard(x, x', d)``   x'_r == block r of c equal blocks of x along dim d (``sharded``,
                           contiguous split);
 
-hold for every input of either program, since neither reads an input. The spelling of x and x'
+hold for every input of either program, since neither reads an input. A rank *scalar* computed
+with ops the rank arithmetic of rules/slicing.egg does not follow (Python's ``%`` as remainder
+plus sign fix-ups, divide, select, sign, clamp) gets the fact its per-rank values show exactly:
+``rkaff`` (a·r + b: ``affine``), ``rkmod`` (w·((r + k) mod c): ``rmod``), ``rkdiv``
+(floor(r / K): ``rdiv``). The spelling of x and x'
 stops mattering: positions ``iota + r*w`` or a reshaped offset table plus a broadcast, causal
 masks compared per block, ``(idx - i) % c`` rings, clamps, one-hot tables are just values.
 
