@@ -39,6 +39,9 @@ models:
     expect: diverged
   - name: train_pp2
     entry: gpipe:gpipe_train
+  - name: pp2_tp2
+    entry: gpipe:gpipe_tp
+    tp: 2
   - name: bug_loss_not_scaled
     entry: gpipe:gpipe
     size: {{loss: true, microbatches: 2}}
@@ -87,6 +90,17 @@ def test_training_step_loss_and_every_gradient_verified(report: tuple[dict[str, 
     assert model["status"] == "verified", (model["build"].get("error"), model.get("result", {}).get("reason"))
     # 2 blocks per stage and the head: 10 gradients and the loss, each related to the baseline's
     assert (out / "train_pp2" / "relations.yaml").read_text().count("relation: duplicate}  # stage") == 11
+
+
+def test_pp_x_tp_stage_is_its_groups_spmd_program(report: tuple[dict[str, Any], Path]) -> None:
+    summary, out = report
+    model = _entry(summary, "pp2_tp2")
+    assert model["status"] == "verified", (model["build"].get("error"), model.get("result", {}).get("reason"))
+    relations = (out / "pp2_tp2" / "relations.yaml").read_text()
+    assert "groups: [[0, 1]]" in relations
+    assert "relation: sharded, dim: 0}  # weight layers.3.up.weight" in relations  # stage 1's block, column-parallel
+    assert "relation: sharded, dim: 1}  # weight layers.0.down.weight" in relations  # stage 0's block, row-parallel
+    assert re.search(r"%s1\.all-reduce\S* = ", (out / "pp2_tp2" / "distributed.hlo").read_text())
 
 
 @pytest.mark.parametrize("name", ["bug_drop_layer", "bug_loss_not_scaled"])
