@@ -411,7 +411,7 @@ def _check_supported(g: Graphs, side: str, ins: Instruction, module: Module) -> 
     if ins.shape.is_tuple and ins.opcode not in ("tuple", "sort") and arg_reducer(module, ins) is None:
         unsupported("tuple-shaped results are only understood for tuple, sort, split all-reduces and argmax/argmin reduces")
     reducer = ins.parsed.get("reducer")
-    if isinstance(reducer, str) and reducer.startswith("body:") and ins.opcode != "reduce":
+    if isinstance(reducer, str) and reducer.startswith("body:") and ins.opcode not in ("reduce", "scatter"):  # scatter: read_scatter below
         unsupported(f"{ins.opcode} with a reducer that is not a plain add/max/min/mul/and/or")
     if ins.opcode == "convert" and ins.operands and ins.shape.dtype in INT_BITS:
         src = module.entry.get(ins.operands[0])
@@ -431,7 +431,7 @@ def _check_supported(g: Graphs, side: str, ins: Instruction, module: Module) -> 
                 unsupported(problem)
     if ins.opcode == "scatter":
         shapes = [o.shape for o in (module.entry.get(x) for x in ins.operands) if o is not None]
-        form = read_scatter(ins, shapes)
+        form = read_scatter(ins, shapes, module)
         if isinstance(form, str):
             unsupported(form)
     if ins.opcode in COLLECTIVES and side == "baseline":

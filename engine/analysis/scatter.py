@@ -4,8 +4,10 @@ of rules/scatter.egg.
 ``read_scatter`` turns a parsed ``scatter`` into a :class:`ScatterForm` or says why it cannot:
 every attribute must be one it knows (an attribute it does not know could change the value, so
 the instruction stays unsupported and can never verify), the combiner (``to_apply``) must be a
-plain add/max/min/mul/and/or (``overwrite``, ``ROOT p1``, depends on the order of colliding
-updates and is left out), and the dimension numbers must fit the operand shapes.
+plain add/max/min/mul/and/or, or an overwrite (``ROOT p1``) whose updates provably never collide
+(``overwrite_indices_distinct``: one-element updates, one index component an iota along the one
+scatter dim; an overwrite at colliding indices depends on the order of the updates and stays
+unsupported), and the dimension numbers must fit the operand shapes.
 
 The tables (one row per signature key, written only for the forms the laws are stated for):
 
@@ -38,7 +40,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir import Instruction, Shape
+from ..hlo.literals import INT_BITS, int_range
+from ..ir import Instruction, Module, Shape
 from .ops import VALUE_NEUTRAL_ATTRS
 from .signature import Dims, Sig
 from .tables import gscale
@@ -68,7 +71,7 @@ class ScatterForm:
     scatter_indices_batching_dims: tuple[int, ...]
     indices_are_sorted: bool
     unique_indices: bool
-    combiner: str  # add | max | min | mul | and | or
+    combiner: str  # add | max | min | mul | and | or | overwrite (only with distinct indices)
 
     def index_add_dim(self, operand: Dims, indices: Dims, updates: Dims) -> tuple[int, int] | None:
         """(d, N) when this is ``index_add`` along d with N scalar indices: indices s[N] (index
@@ -91,8 +94,66 @@ class ScatterForm:
         return d, n_idx
 
 
-def read_scatter(ins: Instruction, operands: list[Shape]) -> ScatterForm | str:
-    """The scatter's form, or why it is not understood (the reason of an unsupported finding)."""
+def is_overwrite(reducer: object) -> bool:
+    """The combiner ``(a, b) -> b`` (torch's ``scatter``/``F.one_hot``, JAX's ``.at[].set``), as
+    the normalizer prints a reducer it does not classify (hlo/normalize.body_text): two scalar
+    parameters of one type, the root the second one."""
+    if not isinstance(reducer, str) or not reducer.startswith("body:"):
+        return False
+    parts = reducer[len("body:"):].split("; ")
+    if len(parts) != 2:
+        return False
+    first, root = parts
+    ty = first.partition(":")[2]
+    return first.startswith("p0:") and root == f"ROOT p1:{ty}" and ty.endswith("[](){}") and "[]" in ty
+
+
+def overwrite_indices_distinct(ins: Instruction, module: Module) -> bool:
+    """An overwriting scatter never has two updates on one element: every update is one element
+    (no update window dims, no batching dims) and one component of the index vectors is an iota
+    along the one scatter dim of the indices whose extent exceeds 1 (every other scatter dim
+    has extent 1), in a type that holds that extent (no wrap). Then the index vectors of any two
+    updates differ in that component, so the updates land on distinct elements or (out of
+    bounds) are dropped, which XLA does alike in every program: the result does not depend on
+    an order. The form F.one_hot lowers to: indices concatenate(iota over rows, class ids)."""
+    p = ins.parsed
+    if p.get("update_window_dims") or p.get("input_batching_dims") or p.get("scatter_indices_batching_dims"):
+        return False
+    idx = module.entry.get(ins.operands[1]) if len(ins.operands) == 3 else None
+    if idx is None:
+        return False
+    dims = tuple(idx.shape.dims)
+    ivd = p.get("index_vector_dim")
+    if not isinstance(ivd, int) or not 0 <= ivd <= len(dims):
+        return False
+    scatter_dims = [x for x in range(len(dims)) if x != ivd]
+    long = [x for x in scatter_dims if dims[x] != 1]
+    if len(long) > 1:
+        return False
+    if not long:
+        return True  # at most one update
+    d = long[0]
+    if ivd == len(dims) or dims[ivd] == 1:
+        pieces = [idx]
+    elif idx.opcode == "concatenate" and list(idx.parsed.get("dimensions", [])) == [ivd]:
+        pieces = [module.entry.get(o) for o in idx.operands]
+    else:
+        return False
+    for piece in pieces:
+        if piece is None or piece.opcode != "iota" or piece.parsed.get("iota_dimension") != d:
+            continue
+        pd = tuple(piece.shape.dims)
+        if len(pd) != len(dims) or (ivd < len(dims) and pd[ivd] != 1) or piece.shape.dtype not in INT_BITS:
+            continue
+        if dims[d] - 1 <= int_range(piece.shape.dtype)[1]:
+            return True
+    return False
+
+
+def read_scatter(ins: Instruction, operands: list[Shape], module: Module | None = None) -> ScatterForm | str:
+    """The scatter's form, or why it is not understood (the reason of an unsupported finding).
+    An overwriting combiner is read only with ``module`` and only when its updates provably
+    never collide (:func:`overwrite_indices_distinct`)."""
     p = ins.parsed
     unknown = sorted(k for k in set(ins.attrs) | set(p) if k not in KNOWN_ATTRS and k not in VALUE_NEUTRAL_ATTRS)
     if unknown:
@@ -100,9 +161,12 @@ def read_scatter(ins: Instruction, operands: list[Shape]) -> ScatterForm | str:
     if ins.shape.is_tuple or len(operands) != 3:
         return "variadic scatter (several operands and updates) has no rules"
     reducer = p.get("reducer")
-    if reducer not in COMBINERS:
+    if is_overwrite(reducer) and module is not None and overwrite_indices_distinct(ins, module):
+        reducer = "overwrite"
+    elif reducer not in COMBINERS:
         return ("scatter whose combiner is not a plain add/max/min/mul/and/or (an overwrite depends on the "
-                "order of colliding updates unless the indices are unique, which is not proven)")
+                "order of colliding updates unless the indices are unique, which is not proven: "
+                "one index component must be an iota along the one scatter dim, updates single elements)")
     try:
         form = ScatterForm(
             tuple(int(x) for x in p.get("update_window_dims", [])),

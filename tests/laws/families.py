@@ -555,6 +555,71 @@ def neutral(rng: random.Random) -> Program:
     return Program("neutral", form, base, dist, rel)
 
 
+# ---- one-hot tables written by an overwriting scatter (rules/onehot.egg, scatter.py) ----------------
+
+
+def onehot(rng: random.Random) -> Program:
+    """``F.one_hot`` as torch-xla lowers it: an overwriting scatter of ones into zeros at
+    (iota row, class id), rows = tokens; or the transposed form (class id, iota column) into
+    [E, n]. The ranks hold the same ids (duplicate) or a block of the tokens (sharded), and
+    compute the same table on their rows. Drawn: the table's element type (narrow, unsigned,
+    float), the id type, the ids' declared range (some past E: dropped updates), the groups,
+    and the details the side conditions are about: the iota's position or dim, an iota offset,
+    a second one in place of an iota (colliding updates), the fill, the update value and the
+    combiner on the rank."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    w = rng.choice([1, 2, 3])
+    e = rng.choice([3, 4, 8])
+    te = rng.choice(["s32", "s8", "u8", "f32", "bf16", "s16"])
+    ti = rng.choice(["s32", "s64", "s8", "u8", "u16"])
+    cols = rng.random() < 0.35
+    sharded = rng.random() < 0.6
+    n = c * w
+    hi = rng.choice([e, e, e, e + 1])
+    defect = rng.choice(["none"] * 6 + ["iota-pos", "iota-dim", "iota-off", "no-iota", "fill", "update", "add"])
+    ow = f"%ow (a: {te}[], b: {te}[]) -> {te}[] {{\n  %a = {te}[] parameter(0)\n  ROOT %b = {te}[] parameter(1)\n}}\n"
+
+    def prog(name: str, rows: int, bug: bool) -> str:
+        d = defect if bug else "none"
+        one, zero = ("2" if d == "update" else "1"), ("1" if d == "fill" else "0")
+        comb = "%add" if d == "add" else "%ow"
+        ishape = f"1,{rows},1" if cols else f"{rows},1,1"
+        idim = 1 if cols else 0
+        if d == "iota-dim":
+            idim = 2
+        lines = [f"  %ids = {ti}[{rows}] parameter(0)", f"  %r = {ti}[{ishape}] reshape({ti}[{rows}] %ids)"]
+        if d == "no-iota":
+            lines += [f"  %k = {ti}[] constant(0)", f"  %io = {ti}[{ishape}] broadcast({ti}[] %k), dimensions={{}}"]
+        elif d == "iota-off":
+            lines += [f"  %io0 = {ti}[{ishape}] iota(), iota_dimension={idim}", f"  %k = {ti}[] constant(1)",
+                      f"  %kb = {ti}[{ishape}] broadcast({ti}[] %k), dimensions={{}}", f"  %io = {ti}[{ishape}] add({ti}[{ishape}] %io0, {ti}[{ishape}] %kb)"]
+        else:
+            lines.append(f"  %io = {ti}[{ishape}] iota(), iota_dimension={idim}")
+        first, second = ("%r", "%io") if cols else ("%io", "%r")
+        if d == "iota-pos":
+            first, second = second, first
+        ixs = f"1,{rows},2" if cols else f"{rows},1,2"
+        us = f"1,{rows}" if cols else f"{rows},1"
+        out = f"{e},{rows}" if cols else f"{rows},{e}"
+        lines += [f"  %ix = {ti}[{ixs}] concatenate({ti}[{ishape}] {first}, {ti}[{ishape}] {second}), dimensions={{2}}",
+                  f"  %z = {te}[] constant({zero})", f"  %zs = {te}[{out}] broadcast({te}[] %z), dimensions={{}}",
+                  f"  %one = {te}[] constant({one})", f"  %ones = {te}[{us}] broadcast({te}[] %one), dimensions={{}}",
+                  f"  ROOT %s = {te}[{out}] scatter({te}[{out}] %zs, {ti}[{ixs}] %ix, {te}[{us}] %ones), update_window_dims={{}}, "
+                  f"inserted_window_dims={{0,1}}, scatter_dims_to_operand_dims={{0,1}}, index_vector_dim=2, to_apply={comb}"]
+        return (f"HloModule {name}\n\n" + ow + "\n" + _reducer("add", "add", te) + f"\nENTRY %main (ids: {ti}[{rows}]) -> {te}[{out}] {{\n"
+                + "\n".join(lines) + "\n}\n")
+
+    base = prog("onehot_base", n, False)
+    dist = prog("onehot_dist", w if sharded else n, True)
+    out_rel: dict[str, Any] = {"relation": "sharded", "dim": 1 if cols else 0} if sharded else {"relation": "duplicate"}
+    in_rel: dict[str, Any] = {"relation": "sharded", "dim": 0} if sharded else {"relation": "duplicate"}
+    rel = {"groups": groups, "inputs": [{"baseline": 0, "distributed": 0, **in_rel, "int_range": [0, min(hi, RANGES[ti][1] + 1)]}],
+           "outputs": [{"baseline": 0, "distributed": 0, **out_rel}]}
+    form = f"one_hot {te} of {ti} ids in [0, {hi}) E={e} {'columns' if cols else 'rows'} n={n} {'sharded' if sharded else 'duplicate'}, defect {defect} (groups {groups})"
+    return Program("onehot", form, base, dist, rel)
+
+
 FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "rankpos": rankpos,
     "argreduce": argreduce,
@@ -564,6 +629,7 @@ FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "vocab": vocab,
     "window": window,
     "neutral": neutral,
+    "onehot": onehot,
 }
 
 
