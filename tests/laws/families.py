@@ -620,6 +620,46 @@ def onehot(rng: random.Random) -> Program:
     return Program("onehot", form, base, dist, rel)
 
 
+# ---- all-to-all of a duplicate (rules/a2adup.egg) ---------------------------------------------------
+
+
+def a2adup(rng: random.Random) -> Program:
+    """Every rank holds x (duplicate); an all-to-all along dim s over the groups gives rank j c
+    copies of block j of x along s; the rank keeps one of them (a slice of block e along s) and
+    doubles it. Drawn: the element type (narrow, unsigned, float), s, the block kept, the
+    groups, and the side conditions: the all-to-all's groups (other sets, or the same listed
+    backwards), a slice along the other dim or off by one, an all-to-all along the other dim."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    t = rng.choice(["f32", "bf16", "s32", "s8", "u8", "u16"])
+    s_dim = rng.choice([0, 1])
+    w = rng.choice([1, 2, 3])
+    other = rng.choice([2, 3])
+    dims = [c * w, other] if s_dim == 0 else [other, c * w]
+    defect = rng.choice(["none"] * 5 + ["groups", "slice-dim", "slice-off", "a2a-dim"])
+    e = rng.randrange(c)
+    g2 = _other_groups(rng, groups) if defect == "groups" else groups
+    a2a_dim = 1 - s_dim if defect == "a2a-dim" and dims[1 - s_dim] % c == 0 else s_dim
+    sl_dim = 1 - s_dim if defect == "slice-dim" and dims[1 - s_dim] >= w else s_dim
+    start = e * w + (1 if defect == "slice-off" and (e + 1) * w < dims[sl_dim] else 0)
+    out = list(dims)
+    out[sl_dim] = w
+    sl = ", ".join(f"[{start}:{start + w}]" if d == sl_dim else f"[0:{n}]" for d, n in enumerate(dims))
+    sh = ",".join(map(str, dims))
+    osh = ",".join(map(str, out))
+    bout = ",".join(map(str, dims))
+    base = (f"HloModule a2a_base\n\nENTRY %main (x: {t}[{sh}]) -> {t}[{bout}] {{\n  %x = {t}[{sh}] parameter(0)\n"
+            f"  ROOT %y = {t}[{bout}] add({t}[{bout}] %x, {t}[{bout}] %x)\n}}\n")
+    dist = (f"HloModule a2a_dist\n\nENTRY %main (x: {t}[{sh}]) -> {t}[{osh}] {{\n  %x = {t}[{sh}] parameter(0)\n"
+            f"  %a = {t}[{sh}] all-to-all({t}[{sh}] %x), channel_id=1, replica_groups={_groups_text(g2)}, dimensions={{{a2a_dim}}}\n"
+            f"  %q = {t}[{osh}] slice({t}[{sh}] %a), slice={{{sl}}}\n"
+            f"  ROOT %y = {t}[{osh}] add({t}[{osh}] %q, {t}[{osh}] %q)\n}}\n")
+    rel = {"groups": groups, "inputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": s_dim}]}
+    form = f"a2a {t}[{sh}] along {a2a_dim} over {g2}, keep [{start}:{start + w}) along {sl_dim}, defect {defect} (groups {groups})"
+    return Program("a2adup", form, base, dist, rel)
+
+
 FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "rankpos": rankpos,
     "argreduce": argreduce,
@@ -630,6 +670,7 @@ FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "window": window,
     "neutral": neutral,
     "onehot": onehot,
+    "a2adup": a2adup,
 }
 
 

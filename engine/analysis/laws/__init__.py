@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import window
-from . import crossentropy, neutral, onehot, rankint
+from . import a2adup, crossentropy, neutral, onehot, rankint
 
 if TYPE_CHECKING:
     from ...ir import Instruction, Shape
@@ -59,6 +59,7 @@ FAMILIES: list[Family] = [
     Family("rankint", "rankint.egg", rankint.TABLES, graph_rows=rankint.graph_rows),
     Family("neutral", "neutral.egg", neutral.TABLES, neutral.OPCODES, neutral.instruction_rows),
     Family("onehot", "onehot.egg", onehot.TABLES, graph_rows=onehot.graph_rows),
+    Family("a2adup", "a2adup.egg", a2adup.TABLES),
 ]
 
 
