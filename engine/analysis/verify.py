@@ -11,7 +11,9 @@ from typing import Any
 from ..errors import InputError, phase
 from ..gcpause import gc_paused
 from ..hlo.fold import Fold
+from ..hlo.literals import ASSUMED_EQUAL
 from ..hlo.normalize import normalize
+from ..hlo.parser import literal_is_elided
 from ..hlo.shapecheck import check_module
 from ..ir import Instruction, Module
 from ..relations import Binding, RelationSpec
@@ -393,6 +395,7 @@ def _prepare_views(g: Graphs, names: dict[str, list[str]], sides: dict[str, part
     to_global: list[int] = []
     pos: dict[tuple[str, str], int] = {}
     lines: list[str] = []
+    assumed: dict[str, int] = {}
     for side, view in zip(("baseline", "distributed"), views, strict=True):
         for name in view.names:
             gid = g.by_name[(side, name)]
@@ -406,7 +409,8 @@ def _prepare_views(g: Graphs, names: dict[str, list[str]], sides: dict[str, part
                 role = ""
                 if side == "distributed" and n.ins.opcode == "parameter":
                     role = ":rank" if name in rank_params else ":token" if name in tokens else ""
-                lines.append(f"{_node_key(n)}{role}({operands})")
+                key = _elided_key(n.ins, pos[(side, name)], assumed) if n.ins.opcode == "constant" and literal_is_elided(n.ins.literal) else _node_key(n)
+                lines.append(f"{key}{role}({operands})")
     seeds: list[str] = []
     for b, bp, dp in bound:
         if ("distributed", dp.name) not in pos:
@@ -459,6 +463,19 @@ class Progress:
         if self.enabled:
             self.out.write("\r" + " " * 60 + "\r")
             self.out.flush()
+
+
+def _elided_key(ins: Instruction, at: int, assumed: dict[str, int]) -> str:
+    """An elided constant's memo key. Every elided literal prints as ``{...}``, so its text
+    says nothing about its values: the key says which of the segment's elided constants are
+    one value (namesakes under the elided-constants assumption: one local number per assumed
+    name, in order of appearance) and makes every other one unique (its local position). Keyed
+    by ``{...}`` alone, a later layer whose constants are not namesakes (or are namesakes
+    swapped between layers) reused an earlier layer's proof, which equated its namesakes."""
+    name = ins.parsed.get(ASSUMED_EQUAL)
+    if name:
+        return f"const:{ins.shape}:assumed#{assumed.setdefault(str(name), len(assumed))}"
+    return f"const:{ins.shape}:elided@{at}"
 
 
 def _node_key(n: Node) -> str:
