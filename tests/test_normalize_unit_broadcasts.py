@@ -88,3 +88,27 @@ def test_every_unit_dim_placement_keeps_the_values() -> None:
 def test_broadcast_of_a_unit_dim_reshape_keeps_the_values() -> None:
     # in place, moved, and a degenerate broadcast of the unit dim onto a dim of 5
     _same_values(_module((4, 3), [((2, 1, 4, 3), (1, 2, 3)), ((1, 4, 3, 5), (0, 1, 2)), ((5, 4, 3), (0, 1, 2))], via_reshape=(1, 4, 3)))
+
+
+@pytest.mark.parametrize(("x", "lo", "hi"), [((4, 3), 3, 9), ((4, 2, 3), 6, 24), ((4, 3), 0, 12), ((4, 3), 2, 8)])
+def test_a_flat_slice_of_rows_keeps_the_values(x: tuple[int, ...], lo: int, hi: int) -> None:
+    # normalize.flat_row_slices, the other rewrite of the DTensor work: rows lo/k .. hi/k of x
+    # where k divides lo and hi, else left alone (2..8 of a [4,3] is no run of whole rows).
+    k = 1
+    for n in x[1:]:
+        k *= n
+    n_all = k * x[0]
+    rows = (hi - lo) // k
+    out = (rows, *x[1:]) if (hi - lo) % k == 0 else (hi - lo,)
+    s = ",".join(map(str, x))
+    text = (
+        "HloModule m\n\nENTRY %main {\n"
+        f"  %p0 = f32[{s}] parameter(0)\n"
+        f"  %flat = f32[{n_all}] reshape(f32[{s}] %p0)\n"
+        f"  %sl = f32[{hi - lo}] slice(f32[{n_all}] %flat), slice={{[{lo}:{hi}]}}\n"
+        f"  %r = f32[{','.join(map(str, out))}] reshape(f32[{hi - lo}] %sl)\n"
+        f"  ROOT %a = f32[{','.join(map(str, out))}] add(%r, %r)\n"
+        "}\n"
+    )
+    printed = _same_values(text)
+    assert ("slice={[" + f"{lo // k}:{hi // k}]" in printed) == (lo % k == 0 and hi % k == 0), printed
