@@ -158,6 +158,11 @@ def _check(decl: Pipeline, request: common.BuildRequest) -> None:
         raise common.DeclarationError(f"Pipeline.stages: expected an integer >= 2, got {decl.stages!r}", "entry")
     if len(request.groups) != 1:
         raise common.DeclarationError(f"a pipeline's stage is one tensor-parallel group (tp: N); got groups {request.groups}", "tp")
+    names = [i.name for i in decl.inputs]
+    if not all(isinstance(i, common.Input) for i in decl.inputs) or len(set(names)) != len(names):
+        raise common.DeclarationError(f"Pipeline.inputs: expected Input(...) values with unique names, got {list(decl.inputs)!r}", "entry")
+    if any(i.shard is not None for i in decl.inputs):
+        raise common.DeclarationError("Pipeline.inputs: a sharded input (shard=d) is not supported in a pipeline yet; every stage reads the whole input", "entry")
     if not callable(decl.stage):
         raise common.DeclarationError("Pipeline.stage: expected a function of the stage rank returning its module or callable", "entry")
 
@@ -228,6 +233,9 @@ def build(request: common.BuildRequest, decl: Pipeline, ctx: Any, timings: dict[
         sides.append(side)
         recorders.append(rec)
     timings["stages"] = time.perf_counter() - t
+    unread_knobs = [k for k in ctx.unread_knobs() if k in request.own_size]
+    if unread_knobs:
+        raise common.DeclarationError(f"size knob(s) {', '.join(unread_knobs)} are never read by {request.entry}", f"size.{unread_knobs[0]}")
 
     # Edges: the k-th send on channel s -> d meets the k-th receive on it (the k-th microbatch
     # of a GPipe loop); unmatched ends are reported by the composer with both lines.
