@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from shardproof.engine.frontend.declare import BuildContext, Input
+from shardproof.engine.frontend.declare import BuildContext, Input, Model
 from shardproof.engine.frontend.pipeline import Pipeline
 
 
@@ -252,6 +252,18 @@ def gpipe_tp(ctx: BuildContext) -> Pipeline:
         baseline=TpMlp(hidden, ffn, layers),
         stage=lambda rank: TpStage(hidden, ffn, layers, rank, pp, ctx.tp, ctx.groups, variant),
         stages=pp,
+        inputs=[Input("x", (batch, hidden))],
+        plan={"layers.*.up": "colwise", "layers.*.down": "rowwise"},
+    )
+
+
+def tp_only(ctx: BuildContext) -> Model:
+    """The same MLP blocks tensor-parallel without a pipeline: the reference time of a pipeline
+    row in bench/pipeline_scale.py."""
+    hidden, ffn, layers, batch = ctx.knob("hidden", 16), ctx.knob("ffn", 32), ctx.knob("layers", 4), ctx.knob("batch", 8)
+    return Model(
+        baseline=TpMlp(hidden, ffn, layers),
+        distributed=lambda rank: TpMlp(hidden, ffn, layers, ctx.tp, ctx.groups),
         inputs=[Input("x", (batch, hidden))],
         plan={"layers.*.up": "colwise", "layers.*.down": "rowwise"},
     )
