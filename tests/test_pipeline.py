@@ -54,6 +54,10 @@ models:
   - name: deadlock
     entry: gpipe:gpipe
     variant: deadlock
+  - name: deadlock_1f1b
+    entry: gpipe:one_f_one_b
+    size: {{pp: 4, microbatches: 4}}
+    variant: 1f1b_blocking
 """
 
 
@@ -117,6 +121,9 @@ def test_stage_bugs_are_diverged_with_the_composed_witness(report: tuple[dict[st
     [
         ("wrong_peer", r"send #1 at examples/pipeline/gpipe.py:(\d+) \(stage 0 to stage 3\) has no matching receive on stage 3 \(it receives 0 time\(s\) from stage 0\); receive #1 at examples/pipeline/gpipe.py:(\d+) \(stage 1 from stage 0\) has no matching send on stage 0"),
         ("deadlock", r"the schedule deadlocks: stage 0 waits in recv from stage 1 at examples/pipeline/gpipe.py:(\d+); stage 1 waits in recv from stage 0 at examples/pipeline/gpipe.py:(\d+)"),
+        # 1F1B's steady state with a blocking send of the activation before the receive of the
+        # gradient: stage 2 sends to 3 while 3 sends its gradient to 2 (rendezvous sends).
+        ("deadlock_1f1b", r"stage 2 waits in send to stage 3 at examples/pipeline/gpipe.py:(\d+); stage 3 waits in send to stage 2 at examples/pipeline/gpipe.py:(\d+)"),
     ],
 )
 def test_pipelines_that_cannot_run_are_bad_input_at_both_ends(report: tuple[dict[str, Any], Path], name: str, pattern: str) -> None:
@@ -125,7 +132,7 @@ def test_pipelines_that_cannot_run_are_bad_input_at_both_ends(report: tuple[dict
     error = model["build"]["error"]
     m = re.search(pattern, error)
     assert m, error
-    sends = {_line("dist.send(h, dst=dst)"), _line("dist.recv(buf, src=src)"), _line("dist.recv(flag, src=peer)")}
+    sends = {_line("dist.send(h, dst=dst)"), _line("dist.recv(buf, src=src)"), _line("dist.recv(flag, src=peer)"), _line("BUG-SITE: 1f1b_blocking"), _line("# send_backward")}
     assert {int(g) for g in m.groups()} <= sends, error
 
 

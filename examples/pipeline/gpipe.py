@@ -267,3 +267,85 @@ def tp_only(ctx: BuildContext) -> Model:
         inputs=[Input("x", (batch, hidden))],
         plan={"layers.*.up": "colwise", "layers.*.down": "rowwise"},
     )
+
+
+class OneFOneBStage(TrainStage):
+    """The training step in 1F1B order (PipeDream-flush, Megatron's default schedule): stage k
+    runs min(pp-k-1, M) warm-up forwards, then alternates one forward and one backward, then
+    drains the remaining backwards. Where a forward's send meets a backward's receive, both go
+    in one ``batch_isend_irecv`` (Megatron's ``send_forward_recv_backward``); the ``1f1b_blocking``
+    variant issues them as a blocking send then a blocking receive instead."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
+        params = [p for _, p in self.named_parameters()]
+        chunks = x.chunk(self.m)
+        last = self.rank == self.pp - 1
+        inputs: dict[int, torch.Tensor] = {}
+        outputs: dict[int, torch.Tensor] = {}
+        total: torch.Tensor | None = None
+        grads: list[torch.Tensor] | None = None
+
+        def run_forward(mb: int) -> None:
+            nonlocal total
+            h = chunks[mb] if self.rank == 0 else self.receive(chunks[mb]).requires_grad_()
+            inputs[mb] = h
+            for i in self.own:
+                h = self.layers[str(i)](h)
+            if last:
+                y = self.head(h)
+                h = (y * y).mean() / self.m
+                total = h if total is None else total + h
+            outputs[mb] = h
+
+        def run_backward(mb: int, upstream: torch.Tensor | None) -> None:
+            nonlocal grads
+            wrt = params + ([inputs[mb]] if self.rank > 0 else [])
+            got = list(torch.autograd.grad(outputs[mb], wrt, grad_outputs=upstream))
+            if self.rank > 0:
+                dist.send(got.pop(), dst=self.rank - 1)  # send_backward
+            grads = got if grads is None else [a + b for a, b in zip(grads, got, strict=True)]
+
+        def grad_buffer(mb: int) -> torch.Tensor:
+            return torch.empty(outputs[mb].shape, dtype=outputs[mb].dtype, device=x.device)
+
+        warmup = min(self.pp - self.rank - 1, self.m)
+        fwd = bwd = 0
+        for _ in range(warmup):
+            run_forward(fwd)
+            dist.send(outputs[fwd], dst=self.rank + 1)
+            fwd += 1
+        while fwd < self.m:
+            run_forward(fwd)
+            fwd += 1
+            if last:
+                run_backward(bwd, None)
+            else:
+                upstream = grad_buffer(bwd)
+                if self.variant == "1f1b_blocking":
+                    dist.send(outputs[fwd - 1], dst=self.rank + 1)  # BUG-SITE: 1f1b_blocking
+                    dist.recv(upstream, src=self.rank + 1)
+                else:
+                    ops = [dist.P2POp(dist.isend, outputs[fwd - 1], self.rank + 1), dist.P2POp(dist.irecv, upstream, self.rank + 1)]
+                    for work in dist.batch_isend_irecv(ops):
+                        work.wait()
+                run_backward(bwd, upstream)
+            bwd += 1
+        while bwd < self.m:
+            upstream = grad_buffer(bwd)
+            dist.recv(upstream, src=self.rank + 1)
+            run_backward(bwd, upstream)
+            bwd += 1
+        assert grads is not None
+        return (*grads, total) if total is not None else tuple(grads)
+
+
+def one_f_one_b(ctx: BuildContext) -> Pipeline:
+    hidden, layers = ctx.knob("hidden", 16), ctx.knob("layers", 4)
+    pp, m, batch = ctx.knob("pp", 2), ctx.knob("microbatches", 4), ctx.knob("batch", 8)
+    variant = ctx.variant or ""
+    return Pipeline(
+        baseline=TrainMlp(hidden, layers),
+        stage=lambda rank: OneFOneBStage(hidden, layers, rank, pp, m, True, "send_recv", variant),
+        stages=pp,
+        inputs=[Input("x", (batch, hidden))],
+    )
