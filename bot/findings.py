@@ -302,13 +302,8 @@ def _cause_frames(d: dict[str, Any], own: list[Frame], frames_of: Any, repo: Any
             p = repo(str(src.get("file") or ""))
             if p and int(src.get("line") or 0) > 0:
                 out.append(Frame(p, int(src["line"]), str(src.get("function") or "")))
-    seen = {(f.path, f.line) for f in own}
-    kept = []
-    for f in out:
-        if (f.path, f.line) not in seen:
-            seen.add((f.path, f.line))
-            kept.append(f)
-    return kept
+    known = {(f.path, f.line) for f in own}
+    return [f for f in _dedup(out) if (f.path, f.line) not in known]
 
 
 def collect(run: Run, workspace: str | None = None) -> list[Finding]:

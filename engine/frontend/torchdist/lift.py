@@ -230,14 +230,20 @@ def _canonical(line: str, rename: dict[str, str]) -> str:
     return _NAME.sub(lambda m: rename.get(m.group(0), m.group(0)), line) if rename else line
 
 
-def _operand_names(rest: str) -> list[str]:
+def _operands_and_end(rest: str) -> tuple[list[str], int]:
+    """The operand names of an instruction's text after its opening parenthesis, and where
+    that operand list closes (the attributes follow)."""
     depth, end = 1, len(rest)
     for i, ch in enumerate(rest):
         depth += (ch == "(") - (ch == ")")
         if depth == 0:
             end = i
             break
-    return re.findall(r"%([\w.\-]+)", rest[:end])
+    return re.findall(r"%([\w.\-]+)", rest[:end]), end
+
+
+def _operand_names(rest: str) -> list[str]:
+    return _operands_and_end(rest)[0]
 
 
 def _same_shape(a: str, b: str) -> bool:
@@ -449,13 +455,7 @@ class _Graph:
             if m is None:
                 continue
             name, opcode, rest = m.group(3), m.group(5), m.group(6)
-            depth, end = 1, len(rest)
-            for i, ch in enumerate(rest):
-                depth += (ch == "(") - (ch == ")")
-                if depth == 0:
-                    end = i
-                    break
-            operands = re.findall(r"%([\w.\-]+)", rest[:end])
+            operands, end = _operands_and_end(rest)
             self.opcode[name], self.operands[name], self.attrs[name] = opcode, operands, rest[end:]
             for o in operands:
                 self.users.setdefault(o, []).append(name)
