@@ -174,3 +174,16 @@ def test_compose_command_rebuilds_the_program_and_rejects_a_broken_artifact(repo
     assert main(["compose", str(folder)]) == 3
     err = capsys.readouterr().err
     assert re.search(r"pipeline\.yaml:transfers: send #1 at examples/pipeline/gpipe\.py:\d+ \(stage 0 to stage 1\) has no matching receive on stage 1", err), err
+
+
+def test_odd_layers_of_a_training_step_are_found_without_walking_the_backward_gap() -> None:
+    # A pipeline training step folds forward and backward layers (numbered from BACKWARD_BASE
+    # down); the odd layer search once walked every integer in between (84 s for train_1f1b_pp4).
+    from types import SimpleNamespace
+
+    from shardproof.engine.analysis.check import odd_layers
+    from shardproof.engine.analysis.partition import BACKWARD_BASE
+
+    a, b = SimpleNamespace(cls=0), SimpleNamespace(cls=1)
+    layers = {0: a, 2: a, 3: a, 5: b, BACKWARD_BASE - 3: b, BACKWARD_BASE - 1: b}
+    assert odd_layers(SimpleNamespace(layers=layers)) == [1, BACKWARD_BASE - 2]

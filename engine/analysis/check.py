@@ -16,6 +16,7 @@ instruction differing alone) and the pair is run unfolded as before.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import time
 from pathlib import Path
@@ -142,8 +143,10 @@ def odd_layers(f: Any) -> list[int]:
     """Layers left unfolded between two folded layers of one class: a stack whose layer k alone
     differs from its neighbours (a bug in that layer, most often; or a model with one special
     layer in the middle)."""
+    # Over neighbouring folded layers, not the range between the first and last: a training
+    # step's backward layers are numbered from BACKWARD_BASE down, so that range is ~2^40 long.
     ks = sorted(f.layers)
-    return [k for k in range(ks[0], ks[-1]) if k not in f.layers and k - 1 in f.layers and k + 1 in f.layers and f.layers[k - 1].cls == f.layers[k + 1].cls] if ks else []
+    return [a + 1 for a, b in itertools.pairwise(ks) if b == a + 2 and f.layers[a].cls == f.layers[b].cls]
 
 
 _WARM = "HloModule warm\n\nENTRY %warm (p: f32[]) -> f32[] {\n  ROOT %p = f32[] parameter(0)\n}\n"
