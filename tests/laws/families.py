@@ -660,6 +660,81 @@ def a2adup(rng: random.Random) -> Program:
     return Program("a2adup", form, base, dist, rel)
 
 
+def microbatch(rng: random.Random) -> Program:
+    """A batch cut into n equal microbatches along dim d (literal slices of a duplicate), each
+    run through the same row-wise layers (a pointwise op, a bias broadcast along the other dim,
+    for d = 0 a dot contracting the other dim with a duplicate weight) and concatenated back
+    along d. Drawn: the element type (narrow, unsigned, float), n, the block size, d, and the
+    side conditions: blocks joined out of order, one block repeated, a slice off by one, a
+    layer that mixes rows (subtracting the sum along d), the join along the wrong dim."""
+    groups = _layout(rng)
+    t = rng.choice(["f32", "bf16", "s32", "s8", "u16"])
+    n, b, h = rng.choice([2, 3, 4]), rng.choice([1, 2]), rng.choice([2, 3])
+    d = rng.choice([0, 1])
+    o = 1 - d
+    dims = [n * b, h] if d == 0 else [h, n * b]
+    defect = rng.choice(["none"] * 5 + ["order", "repeat", "offset", "mix", "catdim"])
+    dot = d == 0 and t in ("f32", "s32") and rng.random() < 0.6
+    order = list(range(n))
+    if defect == "order":
+        order[0], order[1] = order[1], order[0]
+    if defect == "repeat":
+        order[-1] = order[0]
+    h2 = 2
+
+    def shape(m: int) -> list[int]:
+        return [m, h] if d == 0 else [h, m]
+
+    def text(dd: list[int]) -> str:
+        return f"{t}[{','.join(map(str, dd))}]"
+
+    def layers(p: str, x: str, m: int) -> tuple[list[str], str, list[int]]:
+        sh = text(shape(m))
+        ln = [f"  %{p}u = {sh} {'tanh' if t in FLOAT_TYPES else 'multiply'}({sh} %{x}{'' if t in FLOAT_TYPES else f', {sh} %' + x})",
+              f"  %{p}vb = {sh} broadcast({t}[{h}] %v), dimensions={{{o}}}",
+              f"  %{p}z = {sh} multiply({sh} %{p}u, {sh} %{p}vb)"]
+        last, out = f"{p}z", shape(m)
+        if defect == "mix":
+            ln += [f"  %{p}zero = {t}[] constant(0)",
+                   f"  %{p}r = {t}[{h}] reduce({sh} %{p}z, {t}[] %{p}zero), dimensions={{{d}}}, to_apply=%sum",
+                   f"  %{p}rb = {sh} broadcast({t}[{h}] %{p}r), dimensions={{{o}}}",
+                   f"  %{p}m = {sh} subtract({sh} %{p}z, {sh} %{p}rb)"]
+            last = f"{p}m"
+        if dot:
+            out = [m, h2]
+            ln.append(f"  %{p}y = {text(out)} dot({sh} %{last}, {t}[{h},{h2}] %w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}")
+            last = f"{p}y"
+        return ln, last, out
+
+    params = f"x: {text(dims)}, v: {t}[{h}], w: {t}[{h},{h2}]"
+    head = [f"  %x = {text(dims)} parameter(0)", f"  %v = {t}[{h}] parameter(1)", f"  %w = {t}[{h},{h2}] parameter(2)"]
+    red = _reducer("sum", "add", t) + "\n" if defect == "mix" else ""
+    bl, blast, bout = layers("b", "x", n * b)
+    base = f"HloModule mb_base\n\n{red}ENTRY %main ({params}) -> {text(bout)} {{\n" + "\n".join(head + bl) + f"\n  ROOT %out = {text(bout)} copy({text(bout)} %{blast})\n}}\n"
+    dl: list[str] = []
+    lasts = []
+    for i in range(n):
+        e = order[i]
+        start = e * b + (1 if defect == "offset" and i == 0 else 0)
+        sl = ", ".join(f"[{start}:{start + b}]" if k == d else f"[0:{dims[k]}]" for k in range(2))
+        dl.append(f"  %blk{i} = {text(shape(b))} slice({text(dims)} %x), slice={{{sl}}}")
+        ln, last, out1 = layers(f"m{i}", f"blk{i}", b)
+        dl += ln
+        lasts.append((last, out1))
+    cd = d
+    if defect == "catdim" and lasts[0][1][o] == lasts[0][1][d]:
+        cd = o  # joined along the other dim: only when the blocks are square, so it type-checks
+    cat = list(lasts[0][1])
+    cat[cd] *= n
+    ops = ", ".join(f"{text(s)} %{x}" for x, s in lasts)
+    dl.append(f"  %cat = {text(cat)} concatenate({ops}), dimensions={{{cd}}}")
+    dist = f"HloModule mb_dist\n\n{red}ENTRY %main ({params}) -> {text(cat)} {{\n" + "\n".join(head + dl) + f"\n  ROOT %out = {text(cat)} copy({text(cat)} %cat)\n}}\n"
+    rel = {"groups": groups, "inputs": [{"baseline": i, "distributed": i, "relation": "duplicate"} for i in range(3)],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    form = f"{n} microbatches of {b} of {t}{dims} along {d}, dot {dot}, order {order}, join along {cd}, defect {defect}"
+    return Program("microbatch", form, base, dist, rel)
+
+
 FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "rankpos": rankpos,
     "argreduce": argreduce,
@@ -671,6 +746,7 @@ FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "neutral": neutral,
     "onehot": onehot,
     "a2adup": a2adup,
+    "microbatch": microbatch,
 }
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import window
-from . import a2adup, crossentropy, neutral, onehot, rankint
+from . import a2adup, crossentropy, microbatch, neutral, onehot, rankint
 
 if TYPE_CHECKING:
     from ...ir import Instruction, Shape
@@ -60,6 +60,7 @@ FAMILIES: list[Family] = [
     Family("neutral", "neutral.egg", neutral.TABLES, neutral.OPCODES, neutral.instruction_rows),
     Family("onehot", "onehot.egg", onehot.TABLES, graph_rows=onehot.graph_rows),
     Family("a2adup", "a2adup.egg", a2adup.TABLES),
+    Family("microbatch", "microbatch.egg", microbatch.TABLES, graph_rows=microbatch.graph_rows),
 ]
 
 
