@@ -47,6 +47,14 @@ models:
     size: {{loss: true, microbatches: 2}}
     variant: loss_not_scaled
     expect: diverged
+  - name: gpipe_m2_isend
+    entry: gpipe:gpipe
+    size: {{microbatches: 2, transport: isend_irecv}}
+  - name: bug_microbatch_order
+    entry: gpipe:gpipe
+    size: {{microbatches: 2}}
+    variant: microbatch_order
+    expect: diverged
   - name: wrong_peer
     entry: gpipe:gpipe
     size: {{pp: 4}}
@@ -107,7 +115,16 @@ def test_pp_x_tp_stage_is_its_groups_spmd_program(report: tuple[dict[str, Any], 
     assert re.search(r"%s1\.all-reduce\S* = ", (out / "pp2_tp2" / "distributed.hlo").read_text())
 
 
-@pytest.mark.parametrize("name", ["bug_drop_layer", "bug_loss_not_scaled"])
+def test_forward_over_microbatches_is_verified(report: tuple[dict[str, Any], Path]) -> None:
+    # rules/microbatch.egg: stage 0's chunks are constant blocks of the batch, every block runs
+    # the same row-wise layers on both stages, and the last stage's cat joins them in order.
+    summary, out = report
+    model = _entry(summary, "gpipe_m2_isend")
+    assert model["status"] == "verified", (model["build"].get("error"), model.get("result", {}).get("reason"))
+    assert (out / "gpipe_m2_isend" / "pipeline.yaml").read_text().count("- src:") == 2  # one transfer per microbatch
+
+
+@pytest.mark.parametrize("name", ["bug_drop_layer", "bug_loss_not_scaled", "bug_microbatch_order"])
 def test_stage_bugs_are_diverged_with_the_composed_witness(report: tuple[dict[str, Any], Path], name: str) -> None:
     model = _entry(report[0], name)
     result = model["result"]
