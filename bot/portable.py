@@ -15,16 +15,22 @@ import re
 from pathlib import Path
 from typing import Any
 
+from shardproof.engine.portable import NO_LINE
+from shardproof.engine.portable import portable_source as engine_source
+
 from .explain import portable_command
 from .findings import repo_path
 
-NO_LINE = "–"
 _AT = re.compile(r"^(?P<path>.+?):(?P<line>\d+)(?P<rest>(?: .*)?)$")
+# Names the engine already made portable (engine/portable.py): kept as they are.
+_ENGINE_NAMES = ("<site-packages>/", "<stdlib>/", "<external>/")
 _LIBRARY = re.compile(r"^.*?/(?:site-packages|dist-packages)/")
 
 
 def portable_file(file: str, repository_root: str, workspace: str | None) -> str | None:
     """A source file as the report names it; None when it names no file (``<frozen runpy>``)."""
+    if file.startswith(_ENGINE_NAMES):
+        return file
     if not file or file.startswith("<"):
         return None
     p = repo_path(file, repository_root, workspace)
@@ -40,8 +46,7 @@ def portable_file(file: str, repository_root: str, workspace: str | None) -> str
 def portable_source(text: str, repository_root: str, workspace: str | None) -> tuple[str, str | None]:
     """A trace step's ``source`` string: (``path:line`` or ``–``, the reason there is no line)."""
     if text.startswith("<no source"):
-        why = text.removeprefix("<no source").removeprefix(":").removesuffix(">").strip()
-        return NO_LINE, why or "the producer recorded none"
+        return engine_source(text, repository_root)
     m = _AT.match(text)
     if m is None:
         return text, None

@@ -71,6 +71,7 @@ def _check_pair(args: argparse.Namespace, inputs: dict[str, str]) -> tuple[Resul
 
     from .analysis.check import check_files, verdict_label
     from .analysis.verify import Budget
+    from .portable import portable_result
     from .relations import load_relations, with_assumptions
     from .sourcemap import SourceMap
 
@@ -87,7 +88,8 @@ def _check_pair(args: argparse.Namespace, inputs: dict[str, str]) -> tuple[Resul
         result = check_files(spec, args.baseline, args.distributed, sm, budget, witness=args.witness, witness_options=lambda: _witness_options(args))
     result.timings = {"relations": inputs_seconds, **result.timings}
     with phase("report", str(args.json or "the terminal")):
-        doc = result.to_json()
+        # Shared as it is: sources relative to the repository root (--root, else the working folder).
+        doc = portable_result(result.to_json(), str(Path(args.root or ".").absolute()))
         doc["inputs"] = inputs
         if args.json:
             Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
@@ -184,6 +186,7 @@ def build_parser(extensions: bool = True) -> argparse.ArgumentParser:
     c.add_argument("--relations", required=True, type=Path, help="relations YAML (groups, inputs, outputs)")
     c.add_argument("--sourcemap", type=Path, help="JSON: instruction name -> source frames")
     c.add_argument("--json", type=Path, help="write the full result (verdict, divergences, trace) here")
+    c.add_argument("--root", type=Path, help="repository root: --json names source files relative to it (default: the working folder)")
     c.add_argument("--max-iterations", type=int, default=400, help="rewrite iteration budget (default 400)")
     c.add_argument("--timeout", type=float, default=120.0, help="saturation time budget in seconds")
     c.add_argument("--max-nodes", type=int, default=2_000_000, help="e-graph size budget in rows (e-nodes plus relation tuples) per e-graph; bounds memory (default 2000000, 0.6-2 GB)")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, internal, phase
+from ..portable import portable_result
 from .config import Config, ModelConfig, load_config
 
 RESULT_VERSION = 1
@@ -436,10 +437,11 @@ def run_models(
             status, result, error = verify_model(model, folder)
             verify_seconds = time.perf_counter() - t
             entry["status"] = status
-            if result is not None:
-                entry["result"] = result
             if summary.get("rank_specific") and status != ERROR_STATUS:
                 entry["status"] = rank_specific_status(entry, status, result, summary)
+            if result is not None:
+                # result.json is shared: trace and divergence sources relative to the repository.
+                entry["result"] = portable_result(result, str(config.root))
             if error:
                 entry["build"]["error"] = error
         elif outcome.ok:
