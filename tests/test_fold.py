@@ -83,10 +83,18 @@ def test_a_bug_layer_is_not_folded_and_the_pair_is_checked_again_whole() -> None
     d = PAIRS / "bug_deep_mlp_late_layer"
     f = _fold((d / "baseline.hlo").read_text(), (d / "distributed.hlo").read_text())
     assert f is not None and 6 not in f.layers and {1, 2, 3, 4, 5} <= set(f.layers)
-    r = _check(d)
-    assert r.verdict == "diverged"
-    assert r.stats["fold"]["unfolded_because"].startswith("folded run diverged")
     expect = yaml.safe_load((d / "expect.yaml").read_text())["bug_site"]
+    # Rules alone: the folded run's divergence is asked again of the whole pair.
+    sm = SourceMap.load(d / "sourcemap.json")
+    rules_only = check_files(load_relations(d / "relations.yaml"), d / "baseline.hlo", d / "distributed.hlo", sm, Budget(), witness="never")
+    assert rules_only.verdict == "diverged"
+    assert rules_only.stats["fold"]["unfolded_because"].startswith("folded run diverged")
+    assert (expect["file"], expect["line"]) in _sites(rules_only)
+    # With the witness, a folded divergence it confirms stands without the unfolded run (its
+    # facts are proven; the witness's values are the evidence), at the same line.
+    r = _check(d)
+    assert r.verdict == "diverged" and r.stats["fold"].get("witnessed_folded") is True
+    assert r.witness is not None and r.witness["status"] == "confirmed"
     assert (expect["file"], expect["line"]) in _sites(r)
 
 
