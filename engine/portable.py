@@ -47,6 +47,13 @@ def portable_file(file: str, root: str) -> str | None:
         return pure.relative_to(PurePosixPath(root)).as_posix()
     except ValueError:
         # Outside the repository and outside installed packages: the directory is the machine's.
+        # A checkout in the src layout (an editable install: .../src/pkg/mod.py) still names its
+        # package path, which is the library's, not the machine's.
+        parts = pure.parts
+        if "src" in parts[:-1]:
+            i = len(parts) - 1 - parts[::-1].index("src")
+            if i < len(parts) - 1:
+                return "<external>/" + "/".join(parts[i + 1 :])
         return f"<external>/{pure.name}"
 
 

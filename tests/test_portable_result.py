@@ -26,6 +26,8 @@ def test_sources_are_named_for_any_machine(tmp_path: Path) -> None:
         "<site-packages>/flax/linen/linear.py:260 (in the backward of)", None)
     assert portable_source("/usr/lib/python3/dist-packages/jax/_src/api.py:9", root) == ("<site-packages>/jax/_src/api.py:9", None)
     assert portable_source("/elsewhere/tool.py:3", root) == ("<external>/tool.py:3", None)
+    # An editable checkout in the src layout keeps its package path, never the machine's folders.
+    assert portable_source("/opt/someone/lib-checkout/src/libpkg/hlo.py:9", root) == ("<external>/libpkg/hlo.py:9", None)
     assert portable_source("<no source: a parameter of the entry computation>", root) == (NO_LINE, "a parameter of the entry computation")
     assert portable_source("<no source>", root)[0] == NO_LINE
     assert portable_source("<frozen runpy>:88", root)[0] == NO_LINE
