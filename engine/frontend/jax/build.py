@@ -94,11 +94,7 @@ def relation_of(spec: Spec, shape: tuple[int, ...], mesh: Any, group_axes: tuple
                 raise SpecError(f"{what}: dims {gathered['dim']} and {d} of a weight are both split over non-group axes; FSDP gathers one dim")
             if grouped:
                 raise SpecError(f"{what}: dim {d} is split over {axes}; the group axes {group_axes} must split it together, in this order, and alone")
-            k = 1
-            for a in other:
-                k *= mesh.shape[a]
-            if local[d] % k:
-                raise SpecError(f"{what}: dim {d} of {shape} does not divide over axis {'/'.join(other)} ({k})")
+            _divides(what, d, shape, local[d], other, mesh)
             gathered = {"dim": d, "groups": groups_of(mesh, tuple(other))}
         elif not per_group:
             for a in other:
@@ -110,11 +106,7 @@ def relation_of(spec: Spec, shape: tuple[int, ...], mesh: Any, group_axes: tuple
                 raise SpecError(f"{what}: dim {d} is split over {axes}; the group axes {group_axes} must split it together, in this order, and alone")
             if rel["relation"] == "sharded":
                 raise SpecError(f"{what}: two dims split over the group axes")
-            c = 1
-            for a in grouped:
-                c *= mesh.shape[a]
-            if local[d] % c:
-                raise SpecError(f"{what}: dim {d} of {shape} does not divide over axis {'/'.join(grouped)} ({c})")
+            _divides(what, d, shape, local[d], grouped, mesh)
             rel = {"relation": "sharded", "dim": d}
     if gathered is not None:
         rel["gathered"] = gathered
@@ -301,3 +293,12 @@ def build_request(request: dict[str, Any]) -> dict[str, Any]:
     shutil.rmtree(dump, ignore_errors=True)
     return {"description": model.description or request.get("description", ""), "devices": len(jax.devices()),
             "hlo_bytes": {k: (out / f"{k}.hlo").stat().st_size for k in ("baseline", "distributed")}}
+
+
+def _divides(what: str, d: int, shape: Any, extent: int, axes: Sequence[str], mesh: Any) -> None:
+    """Dim ``d`` (``extent`` long) must split evenly over the product of ``axes``."""
+    k = 1
+    for a in axes:
+        k *= mesh.shape[a]
+    if extent % k:
+        raise SpecError(f"{what}: dim {d} of {shape} does not divide over axis {'/'.join(axes)} ({k})")
