@@ -735,6 +735,62 @@ def microbatch(rng: random.Random) -> Program:
     return Program("microbatch", form, base, dist, rel)
 
 
+# ---- the GSPMD vocab-parallel lookup: explicit clamp, mask after the gather (rules/clampgather.egg)
+
+
+def clampgather(rng: random.Random) -> Program:
+    """XLA's SPMD partitioner's vocab-parallel gather: ids reshaped to [n, 1], clamped to
+    [lo, hi] explicitly, compared with r·w and r·w + w - 1 (raw bounds), the mask reduced over
+    the unit dim, the rank's gather at the unmasked shift ids - r·w and the rows masked after it;
+    the all-reduce sums the ranks. Drawn: the id type (narrow and unsigned included), the clamp
+    bounds (never acting, or cutting the last row / a whole block / the first row), the upper
+    compare (GT w - 1, or GT w / GE w - 1), the mask reduce (or from false, and from true, or from
+    true), the ids' declared range, the offset width and the groups."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    ti = rng.choice(["s32", "s64", "s8", "u8", "s16", "u16", "u32"])
+    tmax = RANGES[ti][1]
+    w = rng.choice([x for x in (3, 8, 16, 25, 64) if c * x + 1 <= tmax])
+    v = c * w
+    h = 4
+    n = 6
+    clo, chi = rng.choice([(0, v - 1)] * 5 + [(0, v), (0, v - 2), (0, w - 1), (1, v - 1)])
+    upper = rng.choice([("GT", w - 1)] * 6 + [("GT", w), ("GE", w - 1)])
+    red = rng.choice([("or", "false")] * 4 + [("and", "true"), ("or", "true")])
+    lo, hi = rng.choice([(0, v)] * 6 + [(0, v + 1), (0, 2 * v)])
+    off_w = w if rng.random() < 0.85 else w + rng.choice([-1, 1])
+    ar_groups = groups if rng.random() < 0.85 else _other_groups(rng, groups)
+    base = (f"HloModule cg_base\n\nENTRY %main (ids: {ti}[{n}], e: f32[{v},{h}]) -> f32[{n},{h}] {{\n  %ids = {ti}[{n}] parameter(0)\n  %e = f32[{v},{h}] parameter(1)\n"
+            f"  %ids2 = {ti}[{n},1] reshape({ti}[{n}] %ids)\n"
+            f"  ROOT %g = f32[{n},{h}] gather(f32[{v},{h}] %e, {ti}[{n},1] %ids2), offset_dims={{1}}, collapsed_slice_dims={{0}}, start_index_map={{0}}, index_vector_dim=1, slice_sizes={{1,{h}}}\n}}\n")
+    sh = f"{ti}[{n},1]"
+    off = (f"  %off = {ti}[] convert(s32[] %off32)\n" if ti != "s32" else "  %off = s32[] copy(s32[] %off32)\n")
+    body = (f"  %ids2 = {sh} reshape({ti}[{n}] %ids)\n  %clo = {ti}[] constant({clo})\n  %clos = {sh} broadcast({ti}[] %clo), dimensions={{}}\n"
+            f"  %chi = {ti}[] constant({chi})\n  %chis = {sh} broadcast({ti}[] %chi), dimensions={{}}\n"
+            f"  %cl = {sh} clamp({sh} %clos, {sh} %ids2, {sh} %chis)\n"
+            f"  %wc = s32[] constant({off_w})\n  %off32 = s32[] multiply(s32[] %r, s32[] %wc)\n" + off
+            + f"  %offs = {sh} broadcast({ti}[] %off), dimensions={{}}\n  %ub = {ti}[] constant({upper[1]})\n  %end = {ti}[] add({ti}[] %off, {ti}[] %ub)\n"
+            f"  %ends = {sh} broadcast({ti}[] %end), dimensions={{}}\n"
+            f"  %b0 = pred[{n},1] compare({sh} %cl, {sh} %offs), direction=LT\n  %bw = pred[{n},1] compare({sh} %cl, {sh} %ends), direction={upper[0]}\n"
+            f"  %m = pred[{n},1] or(pred[{n},1] %b0, pred[{n},1] %bw)\n  %init = pred[] constant({red[1]})\n"
+            f"  %mr = pred[{n}] reduce(pred[{n},1] %m, pred[] %init), dimensions={{1}}, to_apply=%{red[0]}\n"
+            f"  %s = {sh} subtract({sh} %cl, {sh} %offs)\n"
+            f"  %g = f32[{n},{h}] gather(f32[{w},{h}] %e, {sh} %s), offset_dims={{1}}, collapsed_slice_dims={{0}}, start_index_map={{0}}, index_vector_dim=1, slice_sizes={{1,{h}}}\n"
+            f"  %mb = pred[{n},{h}] broadcast(pred[{n}] %mr), dimensions={{0}}\n  %fz = f32[] constant(0)\n  %fzs = f32[{n},{h}] broadcast(f32[] %fz), dimensions={{}}\n"
+            f"  %o = f32[{n},{h}] select(pred[{n},{h}] %mb, f32[{n},{h}] %fzs, f32[{n},{h}] %g)\n"
+            f"  ROOT %out = f32[{n},{h}] all-reduce(f32[{n},{h}] %o), channel_id=1, replica_groups={_groups_text(ar_groups)}, use_global_device_ids=true, to_apply=%add\n")
+    dist = ("HloModule cg_dist\n\n" + _reducer("add", "add", "f32") + "\n" + _reducer(red[0], red[0], "pred")
+            + f"\nENTRY %main (r: s32[], ids: {ti}[{n}], e: f32[{w},{h}]) -> f32[{n},{h}] {{\n"
+            f"  %r = s32[] parameter(0)\n  %ids = {ti}[{n}] parameter(1)\n  %e = f32[{w},{h}] parameter(2)\n" + body + "}\n")
+    rel = {"groups": groups, "inputs": [{"distributed": 0, "relation": "rank"},
+                                        {"baseline": 0, "distributed": 1, "relation": "duplicate", "int_range": [lo, hi]},
+                                        {"baseline": 1, "distributed": 2, "relation": "sharded", "dim": 0}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    form = (f"V={v} c={c} ids {ti} in [{lo}, {hi}) clamp [{clo}, {chi}], upper {upper[0]} r·w+{upper[1]}, mask reduce {red[0]} from {red[1]}, "
+            f"offset {off_w}·r, all-reduce over {ar_groups} (groups {groups})")
+    return Program("clampgather", form, base, dist, rel)
+
+
 FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "rankpos": rankpos,
     "argreduce": argreduce,
@@ -747,6 +803,7 @@ FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "onehot": onehot,
     "a2adup": a2adup,
     "microbatch": microbatch,
+    "clampgather": clampgather,
 }
 
 

@@ -10,7 +10,8 @@ computed from literals only has one exact value. Then
 
 hold for every input of either program, since neither reads an input. A rank *scalar* computed
 with ops the rank arithmetic of rules/slicing.egg does not follow (Python's ``%`` as remainder
-plus sign fix-ups, divide, select, sign, clamp) gets the fact its per-rank values show exactly:
+plus sign fix-ups, divide, select, sign, clamp, an int convert that may wrap: JAX narrows ``r·w``
+to the ids' type) gets the fact its per-rank values show exactly:
 ``rkaff`` (a·r + b: ``affine``), ``rkmod`` (w·((r + k) mod c): ``rmod``), ``rkdiv``
 (floor(r / K): ``rdiv``). The spelling of x and x'
 stops mattering: positions ``iota + r*w`` or a reshaped offset table plus a broadcast, causal
@@ -65,6 +66,16 @@ def _int_like(dtype: str) -> bool:
     return dtype in INT_BITS or dtype == "pred"
 
 
+def _holds(src: str, dst: str) -> bool:
+    """Every value of int type ``src`` is a value of ``dst`` (a convert that never wraps)."""
+    if src not in INT_BITS or dst not in INT_BITS:
+        return False
+    bs, bd = INT_BITS[src], INT_BITS[dst]
+    if src[0] == dst[0]:
+        return bd >= bs
+    return src[0] == "u" and bd > bs
+
+
 def graph_rows(rows: Rows, g: Graphs) -> None:
     """rkdup / rkshard rows of ``g`` (ids are g's node ids)."""
     c = g.spec.c
@@ -82,8 +93,8 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
             continue
         if all(o in rank_dep for o in n.operands):
             rank_dep[n.gid] = any(rank_dep[o] for o in n.operands)
-            if ins.opcode not in AFFINE_OPS or any(o in nonaffine for o in n.operands):
-                nonaffine.add(n.gid)
+            if ins.opcode not in AFFINE_OPS or any(o in nonaffine for o in n.operands) or (ins.opcode == "convert" and not _holds(g.nodes[n.operands[0]].ins.shape.dtype, ins.shape.dtype)):
+                nonaffine.add(n.gid)  # (the rules follow only converts that keep every value)
     scalars = [gid for gid, dep in rank_dep.items() if dep and gid in nonaffine and g.nodes[gid].ins.shape.numel == 1 and g.nodes[gid].ins.shape.dtype in INT_BITS]
     wanted = [gid for gid, dep in rank_dep.items() if dep and g.nodes[gid].ins.shape.rank >= 1]
     if not wanted and not scalars:
