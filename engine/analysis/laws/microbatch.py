@@ -1,14 +1,23 @@
 """Tables of rules/microbatch.egg: a batch cut into n equal microbatches along a dim, each run
-through the same row-wise layers, and joined back in order.
+through the same row-wise layers, and joined back in order (forwards), or reduced per block
+and summed over the blocks (losses averaged over microbatches, gradients accumulated).
 
 For every baseline signature and every block count n that a distributed literal slice cuts
 (``sliceblock`` rows, graph._slice_blocks), the signature of the same instruction on one block:
 
-``mbu(k, d, n, kp)``      unary pointwise k on dim d cut into n blocks is kp
-``mbb(k, d, n, kp)``      binary pointwise with operands of one shape
-``mbbc(k, d, n, kp)``     broadcast whose result dim d is new (no operand dim maps to it)
-``mbdot(k, d, n, e, kp)`` dot whose lhs dim d is a free dim (neither batch nor contracting);
-                          e is the result dim it becomes
+``mbu(k, d, n, kp)``       unary pointwise k on dim d cut into n blocks is kp
+``mbb(k, d, n, kp)``       binary pointwise with operands of one shape
+``mbbc(k, d, n, kp)``      broadcast whose result dim d is new (no operand dim maps to it)
+``mbdot(k, d, n, e, kp)``  dot whose lhs dim d is a free dim (neither batch nor contracting);
+                           e is the result dim it becomes
+``mbperm(k, d, n, f, kp)`` transpose moving operand dim d to result dim f
+``mbkeep(k, d, n, f, kp)`` reduce (add/max/min/mul) over dims that exclude d: d becomes f
+``mbred(k, d, n, kp)``     reduce(add) over dims that include d: block e's reduce is block e's
+                           contribution to the whole reduce (kp keeps the result shape)
+``mbcontract(k, dl, dr, n, kp)`` dot contracting lhs dim dl with rhs dim dr (one contracting
+                           pair): block e of both operands gives block e's contribution
+``mbmove(k)``              broadcast or reshape (both sides): moves elements, so a division by
+                           a constant passes through it (qdiv-move)
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ if TYPE_CHECKING:
     from ..graph import Graphs
     from ..signature import Sig
 
-TABLES: tuple[str, ...] = ("mbu", "mbb", "mbbc", "mbdot")
+TABLES: tuple[str, ...] = ("mbu", "mbb", "mbbc", "mbdot", "mbperm", "mbkeep", "mbred", "mbcontract", "mbmove")
 
 Rows = dict[str, list[tuple[object, ...]]]
 
@@ -32,11 +41,21 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
     counts = sorted({int(r[4]) for r in rows.get("sliceblock", []) if isinstance(r[4], int) and r[4] > 1})  # type: ignore[arg-type]
     if not counts:
         return
+    moves: set[str] = set()
     for node in g.nodes:
-        if node.side != "baseline" or node.sig is None:
+        if node.sig is None:
+            continue
+        if node.sig.opcode in ("broadcast", "reshape") and len(node.sig.ins) == 1:
+            moves.add(node.sig.key())
+        if node.side != "baseline":
             continue
         for n in counts:
             _rows(rows, node.sig, node.ins.parsed, n)
+    rows["mbmove"].extend((k,) for k in sorted(moves))
+
+
+def _ints(parsed: dict[str, object], key: str) -> list[int]:
+    return [int(x) for x in parsed.get(key, []) or []]  # type: ignore[union-attr]
 
 
 def _rows(rows: Rows, sig: Sig, parsed: dict[str, object], n: int) -> None:
@@ -54,14 +73,37 @@ def _rows(rows: Rows, sig: Sig, parsed: dict[str, object], n: int) -> None:
             if s:
                 rows["mbb"].append((k, d, n, sig.with_dims([s, s], s).key()))
     elif op == "broadcast" and len(ins) == 1:
-        mapped = {int(x) for x in parsed.get("dimensions", [])}  # type: ignore[union-attr]
+        mapped = _ints(parsed, "dimensions")
         for d in range(len(out)):
             s = scale(out, d, n)
             if s and d not in mapped:
                 rows["mbbc"].append((k, d, n, sig.with_dims([ins[0]], s).key()))
+    elif op == "transpose" and len(ins) == 1:
+        perm = _ints(parsed, "dimensions")
+        for f, d in enumerate(perm):
+            si, so = scale(ins[0], d, n), scale(out, f, n)
+            if si and so:
+                rows["mbperm"].append((k, d, n, f, sig.with_dims([si], so).key()))
+    elif op == "reduce" and len(ins) == 2 and ins[1] == ():
+        # One operand and its scalar init: a reduce over `dims`. Row-wise along any dim it keeps;
+        # a contribution (sum of blocks) along a dim it sums, for add only.
+        dims = _ints(parsed, "dimensions")
+        reducer = parsed.get("reducer")
+        for d in range(len(ins[0])):
+            si = scale(ins[0], d, n)
+            if not si:
+                continue
+            if d in dims:
+                if reducer == "add":
+                    rows["mbred"].append((k, d, n, sig.with_dims([si, ins[1]], out).key()))
+            elif reducer in ("add", "max", "min", "mul"):
+                f = d - sum(1 for r in dims if r < d)
+                so = scale(out, f, n)
+                if so:
+                    rows["mbkeep"].append((k, d, n, f, sig.with_dims([si, ins[1]], so).key()))
     elif op == "dot" and len(ins) == 2:
-        lb = [int(x) for x in parsed.get("lhs_batch_dims", [])]  # type: ignore[union-attr]
-        lc = [int(x) for x in parsed.get("lhs_contracting_dims", [])]  # type: ignore[union-attr]
+        lb, lc = _ints(parsed, "lhs_batch_dims"), _ints(parsed, "lhs_contracting_dims")
+        rc = _ints(parsed, "rhs_contracting_dims")
         lhs, rhs = ins
         lfree = [d for d in range(len(lhs)) if d not in lb and d not in lc]
         for j, d in enumerate(lfree):
@@ -69,3 +111,7 @@ def _rows(rows: Rows, sig: Sig, parsed: dict[str, object], n: int) -> None:
             sl, so = scale(lhs, d, n), scale(out, e, n)
             if sl and so:
                 rows["mbdot"].append((k, d, n, e, sig.with_dims([sl, rhs], so).key()))
+        for dl, dr in zip(lc, rc, strict=False):
+            sl, sr = scale(lhs, dl, n), scale(rhs, dr, n)
+            if sl and sr:
+                rows["mbcontract"].append((k, dl, dr, n, sig.with_dims([sl, sr], out).key()))
