@@ -19,6 +19,7 @@ from config_runs import run_template
 from shardproof.engine.frontend.dtensor.placements import (
     Placed,
     PlacementError,
+    input_relation,
     output_relation,
     param_relation,
 )
@@ -67,6 +68,34 @@ def test_placements_no_relation_describes_are_errors(placed: Placed, full: tuple
         param_relation("w", placed, full, local, groups)
 
 
+def test_input_relations_from_from_local_placements() -> None:
+    seq = _placed(("shard", 1))
+    # declared and placed alike; without a declaration (and no plan) the placement decides
+    assert input_relation("x", seq, (2, 8, 32), 1, (), False, WORLD) == 1
+    assert input_relation("x", seq, (2, 8, 32), None, (), True, WORLD) == 1
+    assert input_relation("x", _placed(("replicate", None)), (2, 8, 32), None, (), False, WORLD) is None
+    two_d = _placed(("replicate", None), ("shard", 1), groups=((0, 2), (0, 1)), names=("dp", "tp"))
+    assert input_relation("x", two_d, (2, 8, 32), None, (), True, TP2) == 1
+    strided = Placed((("shard", 1),), ((0, 1, 2, 3),), ("tp",), "(_StridedShard(dim=1, sf=2))", split=2)
+    assert input_relation("x", strided, (2, 16, 32), 1, (8, 8), False, WORLD) == 1
+
+
+@pytest.mark.parametrize(
+    ("placed", "shard", "blocks", "derive", "message"),
+    [
+        (_placed(("replicate", None)), 1, (), False, "is declared Input(shard=1), so each rank holds a piece of the baseline's [2, 8, 32], but DTensor.from_local places it (...) on mesh (tp=4): replicated"),
+        (_placed(("shard", 1)), None, (), False, "is declared replicated (Input without shard=) (every rank holds all of [2, 8, 32]), but DTensor.from_local places it (...) on mesh (tp=4): DTensor takes each rank's whole tensor for one of 4 pieces along dim 1; declare Input(shard=1)"),
+        (_placed(("shard", 2)), 1, (), False, "another piece of it than declared; declare Input(shard=2)"),
+        (_placed(("shard", 1)), 1, (4, 4), False, "another piece of it than declared; declare Input(shard=1)"),
+        (_placed(("partial", None)), None, (), True, "an input held as partial sums has no relation"),
+        (_placed(("shard", 1), ("replicate", None), groups=((0, 2), (0, 1)), names=("dp", "tp")), None, (), True, "mesh dim 'dp' groups ranks [0, 2], which is not a group of the model"),
+    ],
+)
+def test_input_placements_that_disagree_with_the_declaration(placed: Placed, shard: int | None, blocks: tuple[int, ...], derive: bool, message: str) -> None:
+    with pytest.raises(PlacementError, match=re.escape(message)):
+        input_relation("x", placed, (2, 8, 32), shard, blocks, derive, TP2 if len(placed.groups) > 1 else WORLD)
+
+
 # ---- end to end -----------------------------------------------------------------------------
 
 _CONFIG = """\
@@ -94,6 +123,9 @@ models:
     entry: models:bad_plan_key
   - name: xla_mesh
     entry: models:xla_mesh
+  - name: input_declared_sharded
+    entry: models:mlp
+    size: {{input_shard: 1}}
 """
 
 
@@ -116,6 +148,9 @@ def test_cuda_mesh_and_sequence_parallel_verify_with_relations_from_placements(r
     # Local-shape placeholders, each relation beside the placement it came from.
     assert "relation: sharded, dim: 0}  # up.weight: f32[64,32] -> f32[16,32] (placement (Shard(dim=0)) on mesh (tp=4))" in relations
     assert "relation: duplicate}  # down.bias: f32[32] (placement (Replicate()) on mesh (tp=4))" in relations
+    # The block declares its input without shard=: SequenceParallel's from_local places it Shard(1).
+    relations = (out / "block_sp_tp4" / "relations.yaml").read_text()
+    assert "relation: sharded, dim: 1}  # input x: f32[2,8,32] -> f32[2,2,32] (placement (Shard(dim=1)) on mesh (tp=4))" in relations
     # DTensor's reduce-scatter along the sequence dim (blocks concatenated on dim 0) is proven.
     hlo = (out / "block_sp_tp4" / "distributed.hlo").read_text()
     assert re.search(r"reduce-scatter\(f32\[8,2,32\]", hlo)
@@ -139,6 +174,7 @@ def test_dropped_reduction_is_diverged_at_the_patched_hook(report: tuple[dict[st
         ("big_mesh", "models[4].tp", "device mesh of shape (8,) (8 ranks), but its world has 4 rank(s)"),
         ("bad_plan_key", "models[5].entry", "Parallelize plan key 'down_proj' could not be resolved"),
         ("xla_mesh", "models[6].entry", "an 'xla' device mesh, which sends DTensor to torch-xla's SPMD partitioner"),
+        ("input_declared_sharded", "models[7].entry", "input 'x' is declared Input(shard=1), so each rank holds a piece of the baseline's [2, 8, 32], but DTensor.from_local places it (Replicate()) on mesh (tp=4): replicated, so DTensor takes each rank's piece for the whole tensor; declare it without shard= or place it Shard(1) (DTensor.from_local at models.py:"),
     ],
 )
 def test_bad_input_names_the_config_line(report: tuple[dict[str, Any], Path], name: str, where: str, message: str) -> None:

@@ -85,6 +85,7 @@ class Side:
     placements: dict[str, Any] = field(default_factory=dict)
     output_placements: list[Any] = field(default_factory=list)
     output_shapes: list[tuple[int, ...]] = field(default_factory=list)
+    input_placements: dict[str, Any] = field(default_factory=dict)  # input -> its from_local's
 
 
 # --------------------------------------------------------------------------------------------
@@ -438,7 +439,7 @@ def _trace(program: Any, inputs: dict[str, Any], where: str, root: Path, exclude
     args = tuple(tensor.clone() for tensor in inputs.values())
     path: list[str] = []
     sites: list[capture.Site] = []
-    hosting = dtensor_host.Hosting(program)
+    hosting = dtensor_host.Hosting(program, dict(zip(inputs, args, strict=True)))
     if isinstance(program, nn.Module):
         weights = dict(program.named_parameters())
         state = {**weights, **dict(program.named_buffers())}
@@ -461,7 +462,7 @@ def _trace(program: Any, inputs: dict[str, Any], where: str, root: Path, exclude
         if tensor.device.type != "xla":
             raise DeclarationError(f"{where}: output {index} is on {tensor.device}, not the XLA device (create tensors with device=x.device)")
     captured = capture.capture(tensors, root, exclude=exclude, sites=sites, packages=packages)
-    return Side(captured, inputs, params, len(tensors), modules, hosting.placements, hosting.output_placements(tensors), [tuple(t.shape) for t in tensors])
+    return Side(captured, inputs, params, len(tensors), modules, hosting.placements, hosting.output_placements(tensors), [tuple(t.shape) for t in tensors], hosting.input_placements)
 
 
 def _number(side: Side, tensor: Any) -> int | None:
@@ -643,7 +644,9 @@ def _relations(request: BuildRequest, decl: Model, plan: Plan, base: Side, dist:
             fields.append(f"int_range: {json.dumps(list(spec.int_range))}")
         tname = _type_name(_dtype(spec.dtype))
         whole, local = _shape_text(tname, spec.shape), _shape_text(tname, _local_shape(spec, c))
-        entry(b, d, fields, f"input {spec.name}: " + (whole if whole == local else f"{whole} -> {local}"))
+        placed = dist.input_placements.get(spec.name)
+        where = f" (placement {placed.describe()})" if placed is not None else ""
+        entry(b, d, fields, f"input {spec.name}: " + (whole if whole == local else f"{whole} -> {local}") + where)
 
     if set(base.params) != set(dist.params):
         only_b = sorted(set(base.params) - set(dist.params))

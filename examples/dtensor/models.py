@@ -18,6 +18,7 @@ import math
 from typing import Any
 
 import dtensor_bugs
+import loss_bugs
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -181,13 +182,15 @@ def mlp(ctx: BuildContext) -> Model:
     """ColwiseParallel -> gelu -> RowwiseParallel on a 1-D mesh ("cpu" or "cuda")."""
     dim, hidden = ctx.knob("dim", 32), ctx.knob("hidden", 64)
     device = ctx.knob("device", "cpu")
+    # bad input: the input declared sequence-sharded while ColwiseParallel takes it replicated
+    input_shard = ctx.knob("input_shard", None)
 
     def distributed(rank: int) -> nn.Module:
         dtensor_bugs.apply(ctx.variant)
         mesh = mesh_1d(ctx, device)
         return parallelize_module(MLP(dim, hidden), mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
 
-    return Model(baseline=MLP(dim, hidden), distributed=distributed, inputs=[Input("x", (2, 8, dim))])
+    return Model(baseline=MLP(dim, hidden), distributed=distributed, inputs=[Input("x", (2, 8, dim), shard=input_shard)])
 
 
 def mlp_2d(ctx: BuildContext) -> Model:
@@ -257,10 +260,12 @@ def block(ctx: BuildContext) -> Model:
         dtensor_bugs.apply(ctx.variant)
         return parallelize_module(Block(dim, heads, kv_heads, hidden), mesh_1d(ctx), block_plan(sp, ctx.variant))
 
+    # No shard= on the input: with SP, SequenceParallel's from_local of it on the attention norm
+    # places it Shard(1), and its relation comes from there (relations.yaml shows the placement).
     return Model(
         baseline=Block(dim, heads, kv_heads, hidden),
         distributed=distributed,
-        inputs=[Input("x", (2, 8, dim), shard=1 if sp else None)],
+        inputs=[Input("x", (2, 8, dim))],
         outputs=[{"shard": 1} if sp else "replicate"],
     )
 
@@ -290,6 +295,7 @@ def decoder(ctx: BuildContext) -> Model:
         return LossModel(net, parallel_loss) if with_loss else net
 
     def distributed(rank: int) -> nn.Module:
+        loss_bugs.apply(ctx.variant)
         model = make(with_loss)
         net = model.decoder if with_loss else model
         mesh = mesh_1d(ctx)

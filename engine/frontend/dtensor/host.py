@@ -27,7 +27,10 @@ Two contexts, both no-ops for code that never touches DTensor:
   then assert (``aten.t``: "composite op functionalization fallback"). The local computation
   runs with the key restored, as for any XLA tensor;
 - DTensor outputs become their local tensors (their placements give the output relations),
-  and ``AsyncCollectiveTensor`` outputs are waited for.
+  and ``AsyncCollectiveTensor`` outputs are waited for;
+- a ``DTensor.from_local`` of one of the program's inputs (the styles' input hooks) is checked
+  against the input's declaration, or, with no plan and no ``shard=`` written, gives its
+  relation (``traced_inputs``).
 """
 
 from __future__ import annotations
@@ -35,13 +38,55 @@ from __future__ import annotations
 import math
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
-from .placements import Placed
+from .placements import Placed, PlacementError, input_relation
 
 _PLAN_KEY_WARNING = "Parallelize plan key"
+
+
+class InputDerived(Exception):
+    """Input ``name``, declared without a relation (and no plan written), is sharded along
+    ``dim`` by the ``DTensor.from_local`` that first reads it: the rank is traced again with its
+    piece as the input (``traced_inputs``)."""
+
+    def __init__(self, name: str, dim: int) -> None:
+        super().__init__(f"input {name!r} is sharded along dim {dim} by its placement")
+        self.name = name
+        self.dim = dim
+
+
+@dataclass(frozen=True)
+class _Expected:
+    """What the declaration says of the inputs while one rank is traced."""
+
+    specs: dict[str, Any]  # name -> declare.Input
+    derive: bool
+    groups: tuple[tuple[int, ...], ...]
+
+
+_expected: list[_Expected] = []
+
+
+def traced_inputs(specs: Sequence[Any], derive: bool, groups: Sequence[Sequence[int]], trace: Callable[[list[Any]], Any]) -> tuple[list[Any], Any]:
+    """``trace(specs)`` with every ``DTensor.from_local`` of an input checked against its
+    declaration (``Input(shard=...)``); with ``derive`` an input declared without ``shard``
+    takes its relation from the placement instead (one more trace per input found sharded:
+    its per-rank shape is only known then). Returns the specs as traced and the trace."""
+    current = list(specs)
+    for _ in range(len(current) + 1):
+        _expected.append(_Expected({s.name: s for s in current}, derive, tuple(tuple(g) for g in groups)))
+        try:
+            return current, trace(current)
+        except InputDerived as e:
+            current = [replace(s, shard=e.dim) if s.name == e.name else s for s in current]
+        finally:
+            _expected.pop()
+    raise AssertionError("an input was derived twice")
 
 
 def _dtensor_class() -> Any:
@@ -102,26 +147,45 @@ def declaring(world: int, groups: list[list[int]]) -> Iterator[None]:
         raise _declaration_error(f"parallelize_module: {first}; the plan names a module the model does not have (nothing would be parallelized there)", "entry")
 
 
+def _caller() -> str:
+    """``file:line`` of the innermost frame outside torch and the front end: the module call
+    whose input hook (or the user's own from_local) places an input."""
+    frame = sys._getframe(2)
+    here = Path(__file__).resolve().parents[1]
+    while frame is not None:
+        path = Path(frame.f_code.co_filename)
+        inside = "torch" in path.parts or path.resolve().is_relative_to(here)
+        if not inside and not frame.f_code.co_filename.startswith("<"):
+            return f"{path.name}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "an unknown line"
+
+
 def text_of(tensor: Any) -> str:
     return "(" + ", ".join(repr(p) for p in tensor.placements) + ")"
 
 
 def _placed(tensor: Any) -> Placed:
+    return _placed_on(tensor.device_mesh, tuple(tensor.placements), tensor.dim())
+
+
+def _placed_on(mesh: Any, placements: tuple[Any, ...], ndim: int) -> Placed:
+    """The placements ``placements`` on ``mesh`` of a tensor of ``ndim`` dims (``Shard(-1)``
+    is read as the last dim, as DTensor normalizes it)."""
     import torch.distributed as dist
     from torch.distributed.tensor import Partial, Replicate, Shard
     from torch.distributed.tensor.placement_types import _StridedShard
 
-    mesh = tensor.device_mesh
     kinds: list[tuple[str, int | None]] = []
     reduce = "sum"
     split = 1
-    for p in tensor.placements:
+    for p in placements:
         if isinstance(p, _StridedShard):
             # rank r holds block r of each of split_factor equal blocks of the dim (placements.py)
-            kinds.append(("shard", p.dim))
+            kinds.append(("shard", p.dim % ndim if ndim else p.dim))
             split = int(p.split_factor)
         elif isinstance(p, Shard):
-            kinds.append(("shard", p.dim))
+            kinds.append(("shard", p.dim % ndim if ndim else p.dim))
         elif isinstance(p, Replicate):
             kinds.append(("replicate", None))
         elif isinstance(p, Partial):
@@ -131,9 +195,9 @@ def _placed(tensor: Any) -> Placed:
             raise _declaration_error(f"a DTensor is placed {p}, a placement no relation describes", "entry")
     names = mesh.mesh_dim_names or tuple(f"dim{i}" for i in range(mesh.ndim))
     groups = tuple(tuple(dist.get_process_group_ranks(mesh.get_group(i))) for i in range(mesh.ndim))
-    text = text_of(tensor)
+    text = "(" + ", ".join(repr(p) for p in placements) + ")"
     if split > 1 and sum(1 for kind, _ in kinds if kind != "replicate") > 1:
-        raise _declaration_error(f"a DTensor is placed {text_of(tensor)}: a strided shard next to other shards (FSDP x TP) has no relation here", "entry")
+        raise _declaration_error(f"a DTensor is placed {text}: a strided shard next to other shards (FSDP x TP) has no relation here", "entry")
     return Placed(tuple(kinds), groups, tuple(names), text, reduce, split)
 
 
@@ -182,7 +246,11 @@ def _check_even(name: str, placed: Placed, full: tuple[int, ...]) -> None:
 class Hosting:
     """One trace of ``module``'s DTensor parameters (see the module's docstring)."""
 
-    def __init__(self, module: Any) -> None:
+    def __init__(self, module: Any, args: Mapping[str, Any] | None = None) -> None:
+        # The tensors the program is called with, by input name: a from_local of one of them is
+        # checked against the input's declaration (traced_inputs).
+        self.args = dict(args or {})
+        self.input_placements: dict[str, Placed] = {}
         self.dtensors: dict[str, Any] = {}
         if _dtensor_class() is not None and module is not None and hasattr(module, "named_parameters"):
             state = {**dict(module.named_parameters()), **dict(module.named_buffers())}
@@ -243,9 +311,40 @@ class Hosting:
 
         _dispatch.OpDispatcher.dispatch = dispatch  # type: ignore[method-assign]
         self._stack.callback(setattr, _dispatch.OpDispatcher, "dispatch", original)
+        if self.args and _expected:
+            self._check_from_local(_expected[-1])
         self._mask_writes(torch)
         self._stack.enter_context(_loss_targets()())
         return self
+
+    def _check_from_local(self, expected: _Expected) -> None:
+        """``DTensor.from_local`` of an input (the parallel styles' input hooks call it on the
+        module's inputs: ``ColwiseParallel(input_layouts=...)``, ``PrepareModuleInput``,
+        ``SequenceParallel``) says how the ranks hold it: checked against the declaration."""
+        from torch.distributed.tensor import DTensor
+
+        assert self._stack is not None
+        saved = DTensor.__dict__["from_local"]
+        original = DTensor.from_local
+
+        def from_local(local_tensor: Any, device_mesh: Any = None, placements: Any = None, *args: Any, **kwargs: Any) -> Any:
+            name = next((n for n, t in self.args.items() if t is local_tensor), None)
+            if name is not None and name in expected.specs and device_mesh is not None and placements is not None:
+                self._check_input(expected, name, _placed_on(device_mesh, tuple(placements), local_tensor.dim()))
+            return original(local_tensor, device_mesh, placements, *args, **kwargs)
+
+        DTensor.from_local = staticmethod(from_local)  # type: ignore[method-assign]
+        self._stack.callback(setattr, DTensor, "from_local", saved)
+
+    def _check_input(self, expected: _Expected, name: str, placed: Placed) -> None:
+        spec = expected.specs[name]
+        self.input_placements.setdefault(name, placed)
+        try:
+            dim = input_relation(name, placed, tuple(spec.shape), spec.shard, tuple(spec.blocks), expected.derive, expected.groups)
+        except PlacementError as e:
+            raise _declaration_error(f"{e} (DTensor.from_local at {_caller()})", "entry") from None
+        if spec.shard is None and dim is not None:
+            raise InputDerived(name, dim)
 
     def _mask_writes(self, torch: Any) -> None:
         """``x[mask] = v`` / ``x[mask, :] = v`` with a boolean mask of x's leading dims runs as

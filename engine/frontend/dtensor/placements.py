@@ -126,3 +126,35 @@ def output_relation(index: int, placed: Placed, full: tuple[int, ...], local: tu
     if local != want:
         raise PlacementError(f"{what} is {placed.describe()}: each rank should hold {list(want) if want else 'an equal piece'} of the baseline's {list(full)}, but it holds {list(local)}")
     return {"relation": "sharded", "dim": dim}
+
+
+def input_relation(name: str, placed: Placed, full: tuple[int, ...], shard: int | None, blocks: tuple[int, ...], derive: bool, groups: Sequence[Sequence[int]]) -> int | None:
+    """The dim input ``name`` (baseline ``full``) is sharded along (None: replicated), checked
+    against the placements a ``DTensor.from_local`` of it gives (the rank's tensor as DTensor
+    takes it). ``shard``/``blocks`` are what the declaration says; with ``derive`` (no plan
+    written and no ``shard`` given) the placement decides instead. A disagreement is a
+    declaration error: DTensor would read each rank's tensor as something it is not (a piece as
+    the whole tensor, or the whole tensor as a piece of one c times larger)."""
+    what = f"input {name!r}"
+    declared = "declared replicated (Input without shard=)" if shard is None else f"declared Input(shard={shard}" + (f", blocks={list(blocks)}" if blocks else "") + ")"
+    try:
+        i = _sharding_dim(what, placed, groups)
+    except PlacementError as e:
+        raise PlacementError(f"{e}; it is {declared}") from None
+    where = f"DTensor.from_local places it {placed.describe()}"
+    if i is None:
+        if shard is None:
+            return None
+        raise PlacementError(f"{what} is {declared}, so each rank holds a piece of the baseline's {list(full)}, but {where}: replicated, so DTensor takes each rank's piece for the whole tensor; declare it without shard= or place it Shard({shard})")
+    kind, dim = placed.placements[i]
+    if kind == "partial":
+        raise PlacementError(f"{what} is {declared}, but {where}: an input held as partial sums has no relation here (expected Shard(d) or Replicate())")
+    assert dim is not None
+    if shard is None:
+        if derive:
+            return dim
+        raise PlacementError(f"{what} is {declared} (every rank holds all of {list(full)}), but {where}: DTensor takes each rank's whole tensor for one of {len(placed.groups[i])} pieces along dim {dim}; declare Input(shard={dim}) or place it Replicate()")
+    placed_blocks = (full[dim] // placed.split,) * placed.split if placed.split > 1 and 0 <= dim < len(full) else ()
+    if dim != shard or tuple(blocks) != placed_blocks:
+        raise PlacementError(f"{what} is {declared}, but {where}: each rank's tensor is another piece of it than declared; declare Input(shard={dim}" + (f", blocks={list(placed_blocks)}" if placed_blocks else "") + ") or fix the placement")
+    return shard

@@ -27,7 +27,7 @@ from typing import Any
 
 from .. import build as common
 from .. import capture
-from ..dtensor.host import declaring
+from ..dtensor.host import declaring, traced_inputs
 from . import backend, shims
 from .lift import lift, source_reader
 
@@ -85,8 +85,14 @@ def _rank_child(request: common.BuildRequest, fn: Any, rank: int, world: int, fo
         plan = _plan(decl)
     with common.meta_device(), shims.cuda_as_xla(meta=True), declaring(world, request.groups):
         program = decl.distributed(rank)
-    inputs = {i.name: capture.placeholder(common._local_shape(i, c), common._dtype(i.dtype)) for i in decl.inputs}
-    dist = _trace(program, inputs, "distributed", request, plan)
+
+    def trace(specs: list[Any]) -> common.Side:
+        inputs = {i.name: capture.placeholder(common._local_shape(i, c), common._dtype(i.dtype)) for i in specs}
+        return _trace(program, inputs, "distributed", request, plan)
+
+    # DTensor's from_local of an input is checked against its declaration (without a plan, an
+    # input declared without shard= takes its relation from the placement).
+    decl.inputs, dist = traced_inputs(decl.inputs, not decl.plan, request.groups, trace)
     timings["distributed"] = time.perf_counter() - t
     (folder / f"rank{rank}.hlo").write_text(dist.captured.hlo_text)
     out: dict[str, Any] = {"timings": timings}
