@@ -791,6 +791,39 @@ def clampgather(rng: random.Random) -> Program:
     return Program("clampgather", form, base, dist, rel)
 
 
+# ---- a ring all-reduce forwarding its running sum (rules/ringrun.egg) -----------------------------
+
+
+def ringrun(rng: random.Random) -> Program:
+    """Rank r sums its block (a partial sum), then for a number of steps receives the running sum
+    of a neighbour and adds it to its own block (or, wrongly, to its running sum); the running
+    sum is what it sends on. Drawn: the element type (ints with wrap, floats), the pairs (a shift
+    by m within every group, or not a shift: mirror, other axis, random, one pair missing), the
+    number of steps (c - 1, or one short or one too many), what the received sum is added to, and
+    the groups."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    t = rng.choice(["f32", "s32", "s8", "u16", "bf16"])
+    steps = c - 1 if rng.random() < 0.7 else rng.choice([c - 2, c]) if c > 2 else rng.choice([0, 2])
+    pairs, what = _pairs(rng, groups)
+    onto = "own block" if rng.random() < 0.75 else "running sum"
+    n, h = 2 * c, 4
+    body = []
+    acc = "%loc"
+    for k in range(max(steps, 0)):
+        body.append(f"  %t{k} = {t}[{h}] collective-permute({t}[{h}] {acc}), channel_id={k + 1}, source_target_pairs={_pairs_text(pairs)}\n")
+        body.append(f"  %a{k} = {t}[{h}] add({t}[{h}] {'%loc' if onto == 'own block' else acc}, {t}[{h}] %t{k})\n")
+        acc = f"%a{k}"
+    body.append(f"  ROOT %out = {t}[{h}] copy({t}[{h}] {acc})\n")
+    base = ("HloModule rr_base\n\n" + _reducer("add", "add", t) + f"\nENTRY %main (x: {t}[{n},{h}]) -> {t}[{h}] {{\n  %x = {t}[{n},{h}] parameter(0)\n"
+            f"  %z = {t}[] constant(0)\n  ROOT %s = {t}[{h}] reduce({t}[{n},{h}] %x, {t}[] %z), dimensions={{0}}, to_apply=%add\n}}\n")
+    dist = ("HloModule rr_dist\n\n" + _reducer("add", "add", t) + f"\nENTRY %main (x: {t}[2,{h}]) -> {t}[{h}] {{\n  %x = {t}[2,{h}] parameter(0)\n"
+            f"  %z = {t}[] constant(0)\n  %loc = {t}[{h}] reduce({t}[2,{h}] %x, {t}[] %z), dimensions={{0}}, to_apply=%add\n" + "".join(body) + "}\n")
+    rel = {"groups": groups, "inputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 0}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    return Program("ringrun", f"running-sum ring {t}, {steps} steps of {what}, received sum added to the {onto} (groups {groups})", base, dist, rel)
+
+
 FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "rankpos": rankpos,
     "argreduce": argreduce,
@@ -804,6 +837,7 @@ FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "a2adup": a2adup,
     "microbatch": microbatch,
     "clampgather": clampgather,
+    "ringrun": ringrun,
 }
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import window
-from . import a2adup, clampgather, crossentropy, microbatch, neutral, onehot, rankint
+from . import a2adup, clampgather, crossentropy, microbatch, neutral, onehot, rankint, ringrun
 
 if TYPE_CHECKING:
     from ...ir import Instruction, Shape
@@ -62,6 +62,7 @@ FAMILIES: list[Family] = [
     Family("a2adup", "a2adup.egg", a2adup.TABLES),
     Family("microbatch", "microbatch.egg", microbatch.TABLES, graph_rows=microbatch.graph_rows),
     Family("clampgather", "clampgather.egg", clampgather.TABLES, graph_rows=clampgather.graph_rows),
+    Family("ringrun", "ringrun.egg", ringrun.TABLES),
 ]
 
 

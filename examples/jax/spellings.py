@@ -1,0 +1,134 @@
+"""JAX spellings outside users write (issue 25, item 3), each a correct model and its bug twin.
+
+Each distributed program is written per device in ``shard_map`` as the JAX documentation and
+common JAX code write it; a bug variant differs from the correct model only on the line marked
+``# BUG-SITE: <variant>``.
+
+- ``collective_matmul_minus``: the shard_map tutorial's all-gather collective matmul: x blocks go
+  to the next rank, the update lands at rows ``((idx - i) % c) * chunk`` (a fori_loop);
+- ``collective_matmul_plus1``: x blocks go to the previous rank; after step i's permute the rank
+  holds block (idx + i + 1) mod c and writes it at ``((idx + i + 1) % c) * chunk``, its own last;
+- ``ring_running_sum``: a ring all-reduce that forwards its running sum (rank r adds what rank
+  r - 1 has summed so far) instead of the block it received;
+- ``ulysses_untiled``: Ulysses attention with ``all_to_all(..., tiled=False)`` (the split axis
+  becomes a new leading axis, reshaped away by hand).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import shard_map
+from jax.sharding import PartitionSpec as P
+
+from shardproof.engine.frontend.jax.declare import JaxContext, JaxInput, JaxModel
+
+
+def _matmul(x: Any, w: Any) -> Any:
+    return x @ w
+
+
+def collective_matmul_minus(ctx: JaxContext) -> JaxModel:
+    """All-gather collective matmul (the shard_map tutorial's form): rank idx holds x block idx;
+    at step i it holds block (idx - i) mod c and writes its product there."""
+    m, k, n, c = ctx.knob("rows", 16), ctx.knob("hidden", 8), ctx.knob("out", 16), ctx.knob("tp", 4)
+    mesh = ctx.mesh({"tp": c})
+    bug = ctx.variant
+
+    def per_device(lhs: Any, rhs: Any) -> Any:
+        size = jax.lax.psum(1, "tp")
+        idx = jax.lax.axis_index("tp")
+        chunk = lhs.shape[0]
+
+        def step(i: Any, carry: Any) -> Any:
+            accum, lhs = carry
+            update = lhs @ rhs
+            lhs = jax.lax.ppermute(lhs, "tp", perm=[(j, (j + 1) % size) for j in range(size)])
+            return jax.lax.dynamic_update_slice(accum, update, ((((idx + i) % size) if bug == "cm_minus_sign" else ((idx - i) % size)) * chunk, 0)), lhs  # BUG-SITE: cm_minus_sign
+
+        accum = jnp.zeros((chunk * size, rhs.shape[1]), lhs.dtype)
+        accum, lhs = jax.lax.fori_loop(0, size - 1, step, (accum, lhs), unroll=True)
+        i = size - 1
+        return jax.lax.dynamic_update_slice(accum, lhs @ rhs, (((idx - i) % size) * chunk, 0))
+
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P("tp", None), P(None, "tp")), out_specs=P(None, "tp"), check_vma=False)
+    return JaxModel(_matmul, dist, mesh, [JaxInput("x", (m, k), spec=("tp", None)), JaxInput("w", (k, n), spec=(None, "tp"))],
+                    outputs=[(None, "tp")], description=f"collective matmul, (idx - i) % c, fori_loop, {c} ranks")
+
+
+def collective_matmul_plus1(ctx: JaxContext) -> JaxModel:
+    """All-gather collective matmul with x blocks passed to the previous rank: after step i's
+    permute the rank holds block (idx + i + 1) mod c; its own block's product is written last."""
+    m, k, n, c = ctx.knob("rows", 16), ctx.knob("hidden", 8), ctx.knob("out", 16), ctx.knob("tp", 4)
+    mesh = ctx.mesh({"tp": c})
+    bug = ctx.variant
+
+    def per_device(lhs: Any, rhs: Any) -> Any:
+        idx = jax.lax.axis_index("tp")
+        chunk = lhs.shape[0]
+        own = lhs @ rhs
+        accum = jnp.zeros((chunk * c, rhs.shape[1]), lhs.dtype)
+        for i in range(c - 1):
+            lhs = jax.lax.ppermute(lhs, "tp", perm=[(j, (j - 1) % c) for j in range(c)])
+            accum = jax.lax.dynamic_update_slice(accum, lhs @ rhs, ((((idx + i) % c) if bug == "cm_plus1_dropped" else ((idx + i + 1) % c)) * chunk, 0))  # BUG-SITE: cm_plus1_dropped
+        return jax.lax.dynamic_update_slice(accum, own, (idx * chunk, 0))
+
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P("tp", None), P(None, "tp")), out_specs=P(None, "tp"), check_vma=False)
+    return JaxModel(_matmul, dist, mesh, [JaxInput("x", (m, k), spec=("tp", None)), JaxInput("w", (k, n), spec=(None, "tp"))],
+                    outputs=[(None, "tp")], description=f"collective matmul, (idx + i + 1) % c, {c} ranks")
+
+
+def ring_running_sum(ctx: JaxContext) -> JaxModel:
+    """A ring all-reduce forwarding its running sum: after step k rank r holds the parts of ranks
+    r, r - 1, ..., r - k, and sends that sum on; rank r ends with the parts of all ranks once only
+    when each step adds the received sum to the rank's own part, not to its running sum."""
+    rows, d, c = ctx.knob("rows", 16), ctx.knob("hidden", 8), ctx.knob("tp", 4)
+    mesh = ctx.mesh({"tp": c})
+    bug = ctx.variant
+
+    def base(x: Any) -> Any:
+        return x.sum(axis=0)
+
+    def per_device(x: Any) -> Any:
+        part = x.sum(axis=0)
+        acc = part
+        for _ in range(c - 1):
+            got = jax.lax.ppermute(acc, "tp", [(i, (i + 1) % c) for i in range(c)])
+            acc = (acc + got) if bug == "running_sum_doubled" else (part + got)  # BUG-SITE: running_sum_doubled
+        return acc
+
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P("tp", None),), out_specs=P(), check_vma=False)
+    return JaxModel(base, dist, mesh, [JaxInput("x", (rows, d), spec=("tp", None))], description=f"ring all-reduce forwarding its running sum, {c} ranks")
+
+
+def ulysses_untiled(ctx: JaxContext) -> JaxModel:
+    """Ulysses sequence parallelism with untiled all_to_all: the heads are split into a new
+    leading axis of c groups, exchanged, and the received sequence blocks merged by a reshape."""
+    s, h, hd, c = ctx.knob("seq", 16), ctx.knob("heads", 8), ctx.knob("head_dim", 8), ctx.knob("tp", 4)
+    mesh = ctx.mesh({"sp": c})
+    bug = ctx.variant
+
+    def attn(q: Any, k: Any, v: Any) -> Any:
+        p = jax.nn.softmax(jnp.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd), axis=-1)
+        return jnp.einsum("hqk,khd->qhd", p, v)
+
+    def per_device(q: Any, k: Any, v: Any) -> Any:
+        def to_heads(t: Any) -> Any:  # [s/c, h, hd] -> [s, h/c, hd]
+            g = t.reshape(s // c, c, h // c, hd).transpose(1, 0, 2, 3)  # [c, s/c, h/c, hd]
+            return jax.lax.all_to_all(g, "sp", split_axis=0, concat_axis=0).reshape(s, h // c, hd)
+
+        def to_seq(t: Any) -> Any:  # [s, h/c, hd] -> [s/c, h, hd]
+            g = t.reshape(c, s // c, h // c, hd)
+            got = jax.lax.all_to_all(g, "sp", split_axis=0, concat_axis=0)  # [c (head group), s/c, h/c, hd]
+            order = (1, 2, 0, 3) if bug == "untiled_heads_swapped" else (1, 0, 2, 3)  # BUG-SITE: untiled_heads_swapped
+            return got.transpose(*order).reshape(s // c, h, hd)
+
+        return to_seq(attn(to_heads(q), to_heads(k), to_heads(v)))
+
+    spec = ("sp", None, None)
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P(*spec),) * 3, out_specs=P(*spec), check_vma=False)
+    return JaxModel(attn, dist, mesh, [JaxInput(n, (s, h, hd), spec=spec) for n in ("q", "k", "v")], outputs=[spec],
+                    description=f"Ulysses attention with untiled all_to_all, SP {c}")
