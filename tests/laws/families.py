@@ -824,6 +824,107 @@ def ringrun(rng: random.Random) -> Program:
     return Program("ringrun", f"running-sum ring {t}, {steps} steps of {what}, received sum added to the {onto} (groups {groups})", base, dist, rel)
 
 
+# ---- rank groups by remainder (rules/modgroup.egg) ------------------------------------------------
+
+
+def modgroup(rng: random.Random) -> Program:
+    """Grouped-query attention's KV pick with the heads tiled: every rank holds x (n = 2 KV
+    heads along d, duplicate), rank r takes head i = r mod 2 by index_select (a gather of one
+    index) and applies a pointwise op; the baseline tiles x c/n times along d ([x0, x1, x0,
+    x1]: a concatenate of copies, or a broadcast + reshape as jnp.tile), optionally through a
+    transpose on both sides, and applies the op. Drawn: the element type (narrow, unsigned,
+    float), the index type, the spelling of r mod 2 (remainder, Python's % with its sign
+    fix-up, bitwise and, r - (r/2)·2), the tile's form, d, the groups, and the defects: the
+    index r / 2 (interleaved), (r + 1) mod 2, (r - 1) rem 2 without the fix-up (negative on
+    rank 0: the gather clamps), a repeat_interleave baseline."""
+    groups = [[0, 1, 2, 3]] if rng.random() < 0.6 else _layout(rng)  # c = 2 has no proper group
+    c = len(groups[0])
+    n = 2
+    t = rng.choice(["f32", "bf16", "f16", "s32", "s8", "u8", "u16"])
+    ti = rng.choice(["s32", "s32", "s8", "u8", "s16", "s64"])
+    h = rng.choice([1, 2, 3])
+    d = rng.choice([0, 1])
+    tr = rng.random() < 0.4
+    spelling = rng.choice(["rem", "pymod", "and", "sub"])
+    form = rng.choice(["concat", "bcast"])
+    defect = rng.choice(["none"] * 6 + ["div", "rot", "nofix", "interleave"])
+    xd = [n, h] if d == 0 else [h, n]
+    pd = list(xd)
+    pd[d] = 1
+    R = max(1, c // n)
+
+    def text(dims: list[int], ty: str = t) -> str:
+        return f"{ty}[{','.join(map(str, dims))}]"
+
+    def op(x: str, dims: list[int]) -> list[str]:
+        s = text(dims)
+        return [f"  %u = {s} tanh({s} {x})" if t.startswith("f") or t == "bf16" else f"  %u = {s} multiply({s} {x}, {s} {x})"]
+
+    # The index on the rank, in type ti.
+    k = f"{ti}[]"
+    idx = ["  %r32 = s32[] parameter(0)", f"  %r = {k} convert(s32[] %r32)" if ti != "s32" else f"  %r = {k} copy(s32[] %r32)",
+           f"  %n = {k} constant({n})"]
+    if defect == "div":
+        idx.append(f"  %i = {k} divide({k} %r, {k} %n)")
+    elif defect == "rot":
+        idx += [f"  %one = {k} constant(1)", f"  %r1 = {k} add({k} %r, {k} %one)", f"  %i = {k} remainder({k} %r1, {k} %n)"]
+    elif defect == "nofix":
+        idx += [f"  %one = {k} constant(1)", f"  %r1 = {k} subtract({k} %r, {k} %one)", f"  %i = {k} remainder({k} %r1, {k} %n)"]
+    elif spelling == "rem":
+        idx.append(f"  %i = {k} remainder({k} %r, {k} %n)")
+    elif spelling == "pymod":
+        idx += [f"  %m = {k} remainder({k} %r, {k} %n)", f"  %zero = {k} constant(0)",
+                f"  %neg = pred[] compare({k} %m, {k} %zero), direction=LT", f"  %mn = {k} add({k} %m, {k} %n)",
+                f"  %i = {k} select(pred[] %neg, {k} %mn, {k} %m)"]
+    elif spelling == "and":
+        idx += [f"  %mask = {k} constant({n - 1})", f"  %i = {k} and({k} %r, {k} %mask)"]
+    else:
+        idx += [f"  %q = {k} divide({k} %r, {k} %n)", f"  %qn = {k} multiply({k} %q, {k} %n)", f"  %i = {k} subtract({k} %r, {k} %qn)"]
+    idx.append(f"  %i1 = {ti}[1] reshape({k} %i)")
+    offset = [x for x in range(2) if x != d]
+    dist_lines = [*idx, f"  %x = {text(xd)} parameter(1)",
+                  f"  %g = {text(pd)} gather({text(xd)} %x, {ti}[1] %i1), offset_dims={{{offset[0]}}}, collapsed_slice_dims={{{d}}}, "
+                  f"start_index_map={{{d}}}, index_vector_dim=1, slice_sizes={{{','.join('1' if j == d else str(xd[j]) for j in range(2))}}}",
+                  f"  %g2 = {text(pd)} reshape({text(pd)} %g)"]
+    dist_lines += op("%g2", pd)
+    out_d = pd
+    last = "%u"
+    if tr:
+        out_d = pd[::-1]
+        dist_lines.append(f"  %o = {text(out_d)} transpose({text(pd)} %u), dimensions={{1,0}}")
+        last = "%o"
+    dist_lines.append(f"  ROOT %out = {text(out_d)} copy({text(out_d)} {last})")
+    dist = f"HloModule modgroup_dist\n\nENTRY %main (r32: s32[], x: {text(xd)}) -> {text(out_d)} {{\n" + "\n".join(dist_lines) + "\n}\n"
+
+    # Baseline: (transpose), tile along the head dim, op.
+    reps = R
+    y, yd, hd = "%x", list(xd), d
+    base_lines = [f"  %x = {text(xd)} parameter(0)"]
+    if tr:
+        yd, hd = xd[::-1], 1 - d
+        base_lines.append(f"  %y = {text(yd)} transpose({text(xd)} %x), dimensions={{1,0}}")
+        y = "%y"
+    zd = list(yd)
+    zd[hd] = yd[hd] * reps
+    if form == "concat" and defect != "interleave":
+        base_lines.append(f"  %z = {text(zd)} concatenate({', '.join(f'{text(yd)} {y}' for _ in range(reps))}), dimensions={{{hd}}}")
+    else:
+        # new dim of extent reps before hd (tile) or after it (repeat_interleave)
+        at = hd + 1 if defect == "interleave" else hd
+        bd = list(yd)
+        bd.insert(at, reps)
+        keep = [j if j < at else j + 1 for j in range(2)]
+        base_lines += [f"  %b = {text(bd)} broadcast({text(yd)} {y}), dimensions={{{','.join(map(str, keep))}}}",
+                       f"  %z = {text(zd)} reshape({text(bd)} %b)"]
+    base_lines += op("%z", zd)
+    base_lines.append(f"  ROOT %out = {text(zd)} copy({text(zd)} %u)")
+    base = f"HloModule modgroup_base\n\nENTRY %main (x: {text(xd)}) -> {text(zd)} {{\n" + "\n".join(base_lines) + "\n}\n"
+    rel = {"groups": groups, "inputs": [{"distributed": 0, "relation": "rank"}, {"baseline": 0, "distributed": 1, "relation": "duplicate"}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": hd}]}
+    what = f"{t}{xd} pick along {d} by {ti} {spelling}, tile by {form}{' through a transpose' if tr else ''}, defect {defect} (groups {groups})"
+    return Program("modgroup", what, base, dist, rel)
+
+
 FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "rankpos": rankpos,
     "argreduce": argreduce,
@@ -838,6 +939,7 @@ FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "microbatch": microbatch,
     "clampgather": clampgather,
     "ringrun": ringrun,
+    "modgroup": modgroup,
 }
 
 
