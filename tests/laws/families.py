@@ -925,6 +925,89 @@ def modgroup(rng: random.Random) -> Program:
     return Program("modgroup", what, base, dist, rel)
 
 
+# ---- experts as a list per rank (rules/expertlist.egg) ----------------------------------------------
+
+
+def expertlist(rng: random.Random) -> Program:
+    """DeepSpeed's MOELayer with n local experts per rank: the dispatched tokens X [E, C] are a
+    duplicate, the all-to-all along the expert dim gives rank r c copies of its experts' rows,
+    reshaped to [c, n, C]; chunk j (all c copies) meets local expert j's weight row (the stacked
+    weight W [E, C'] is sharded along 0), by a pointwise op or a dot; the chunks are
+    concatenated and returned by an all-to-all (before or after merging [c, n] into E). Drawn:
+    the element type (narrow, unsigned, float), n, the expert op, where the merge happens, the
+    groups, and the side conditions: experts run in reverse order, chunks concatenated in
+    reverse, the return over other groups, the return left out, a chunk off by one."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    n = rng.choice([1, 2, 3]) if c == 2 else rng.choice([1, 2])
+    e_all = c * n
+    dot = rng.random() < 0.4
+    t = rng.choice(["f32", "s32", "bf16"]) if dot else rng.choice(["f32", "bf16", "s32", "s8", "u8", "u16"])
+    cap = rng.choice([2, 3])
+    op = rng.choice(["multiply", "add", "subtract"])
+    merge_first = rng.random() < 0.5
+    defect = rng.choice(["none"] * 4 + ["reversed", "cat-reversed", "groups", "no-return", "chunk-off"])
+    if n == 1 and defect in ("reversed", "cat-reversed", "chunk-off"):
+        defect = "none"
+    g2 = _other_groups(rng, groups) if defect == "groups" else groups
+    wsh = f"{t}[{e_all},{cap},{cap}]" if dot else f"{t}[{e_all},{cap}]"
+    wlsh = f"{t}[{n},{cap},{cap}]" if dot else f"{t}[{n},{cap}]"
+
+    def expert(v: str, w: str, e: int, copies: int, j: int, pre: str) -> tuple[str, str]:
+        """Lines for expert e's weight slice applied to the chunk v ([copies,1,cap]); its name."""
+        if dot:
+            lines = (f"  %{pre}ws{j} = {t}[1,{cap},{cap}] slice({wlsh if pre == 'd' else wsh} %{w}), slice={{[{e}:{e + 1}], [0:{cap}], [0:{cap}]}}\n"
+                     f"  %{pre}wr{j} = {t}[{cap},{cap}] reshape({t}[1,{cap},{cap}] %{pre}ws{j})\n"
+                     f"  %{pre}vr{j} = {t}[{copies},{cap}] reshape({t}[{copies},1,{cap}] %{v})\n"
+                     f"  %{pre}m{j} = {t}[{copies},{cap}] dot({t}[{copies},{cap}] %{pre}vr{j}, {t}[{cap},{cap}] %{pre}wr{j}), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}\n"
+                     f"  %{pre}y{j} = {t}[{copies},1,{cap}] reshape({t}[{copies},{cap}] %{pre}m{j})\n")
+        else:
+            lines = (f"  %{pre}ws{j} = {t}[1,{cap}] slice({wlsh if pre == 'd' else wsh} %{w}), slice={{[{e}:{e + 1}], [0:{cap}]}}\n"
+                     f"  %{pre}wr{j} = {t}[{cap}] reshape({t}[1,{cap}] %{pre}ws{j})\n"
+                     f"  %{pre}wb{j} = {t}[{copies},1,{cap}] broadcast({t}[{cap}] %{pre}wr{j}), dimensions={{2}}\n"
+                     f"  %{pre}y{j} = {t}[{copies},1,{cap}] {op}({t}[{copies},1,{cap}] %{v}, {t}[{copies},1,{cap}] %{pre}wb{j})\n")
+        return lines, f"{pre}y{j}"
+
+    xsh = f"{t}[{e_all},{cap}]"
+    base = [f"HloModule el_base\n\nENTRY %main (x: {xsh}, w: {wsh}) -> {xsh} {{\n  %x = {xsh} parameter(0)\n  %w = {wsh} parameter(1)\n",
+            f"  %v = {t}[1,{e_all},{cap}] reshape({xsh} %x)\n"]
+    outs = []
+    for e in range(e_all):
+        base.append(f"  %bz{e} = {t}[1,1,{cap}] slice({t}[1,{e_all},{cap}] %v), slice={{[0:1], [{e}:{e + 1}], [0:{cap}]}}\n")
+        lines, name = expert(f"bz{e}", "w", e, 1, e, "b")
+        base.append(lines)
+        outs.append(name)
+    base.append(f"  %cat = {t}[1,{e_all},{cap}] concatenate(" + ", ".join(f"{t}[1,1,{cap}] %{o}" for o in outs) + "), dimensions={1}\n")
+    base.append(f"  ROOT %out = {xsh} reshape({t}[1,{e_all},{cap}] %cat)\n}}\n")
+    dist = [f"HloModule el_dist\n\nENTRY %main (x: {xsh}, w: {wlsh}) -> {xsh} {{\n  %x = {xsh} parameter(0)\n  %w = {wlsh} parameter(1)\n",
+            f"  %a = {xsh} all-to-all({xsh} %x), channel_id=1, replica_groups={_groups_text(groups)}, dimensions={{0}}\n",
+            f"  %v = {t}[{c},{n},{cap}] reshape({xsh} %a)\n"]
+    outs = []
+    for j in range(n):
+        jj = (j + 1) % n if defect == "chunk-off" else j
+        dist.append(f"  %dz{j} = {t}[{c},1,{cap}] slice({t}[{c},{n},{cap}] %v), slice={{[0:{c}], [{jj}:{jj + 1}], [0:{cap}]}}\n")
+        lines, name = expert(f"dz{j}", "w", n - 1 - j if defect == "reversed" else j, c, j, "d")
+        dist.append(lines)
+        outs.append(name)
+    if defect == "cat-reversed":
+        outs.reverse()
+    dist.append(f"  %cat = {t}[{c},{n},{cap}] concatenate(" + ", ".join(f"{t}[{c},1,{cap}] %{o}" for o in outs) + "), dimensions={1}\n")
+    if defect == "no-return":
+        dist.append(f"  ROOT %out = {xsh} reshape({t}[{c},{n},{cap}] %cat)\n}}\n")
+    elif merge_first:
+        dist.append(f"  %m = {xsh} reshape({t}[{c},{n},{cap}] %cat)\n"
+                    f"  ROOT %out = {xsh} all-to-all({xsh} %m), channel_id=2, replica_groups={_groups_text(g2)}, dimensions={{0}}\n}}\n")
+    else:
+        dist.append(f"  %back = {t}[{c},{n},{cap}] all-to-all({t}[{c},{n},{cap}] %cat), channel_id=2, replica_groups={_groups_text(g2)}, dimensions={{0}}\n"
+                    f"  ROOT %out = {xsh} reshape({t}[{c},{n},{cap}] %back)\n}}\n")
+    rel = {"groups": groups, "inputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"},
+                                        {"baseline": 1, "distributed": 1, "relation": "sharded", "dim": 0}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    form = (f"{n} local experts of {e_all}, {t}, {'dot' if dot else op}, {'merge then all-to-all' if merge_first else 'all-to-all then merge'}, "
+            f"defect {defect} (groups {groups})")
+    return Program("expertlist", form, "".join(base), "".join(dist), rel)
+
+
 FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "rankpos": rankpos,
     "argreduce": argreduce,
@@ -939,6 +1022,7 @@ FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "microbatch": microbatch,
     "clampgather": clampgather,
     "ringrun": ringrun,
+    "expertlist": expertlist,
     "modgroup": modgroup,
 }
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import window
-from . import a2adup, clampgather, crossentropy, microbatch, modgroup, neutral, onehot, rankint, ringrun
+from . import a2adup, clampgather, crossentropy, expertlist, microbatch, neutral, onehot, rankint, ringrun
 
 if TYPE_CHECKING:
     from ...ir import Instruction, Shape
@@ -63,7 +63,7 @@ FAMILIES: list[Family] = [
     Family("microbatch", "microbatch.egg", microbatch.TABLES, graph_rows=microbatch.graph_rows),
     Family("clampgather", "clampgather.egg", clampgather.TABLES, graph_rows=clampgather.graph_rows),
     Family("ringrun", "ringrun.egg", ringrun.TABLES),
-    Family("modgroup", "modgroup.egg", modgroup.TABLES, graph_rows=modgroup.graph_rows),
+    Family("expertlist", "expertlist.egg", expertlist.TABLES, graph_rows=expertlist.graph_rows),
 ]
 
 

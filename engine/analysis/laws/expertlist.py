@@ -1,0 +1,144 @@
+"""Tables of rules/expertlist.egg: experts held as a list per rank (DeepSpeed's ``Experts``,
+Megatron's ``SequentialMLP``), fed by the all-to-all of a duplicate.
+
+Rank r of an expert-parallel group of c holds n = E/c local experts; its local expert j is the
+baseline's expert r*n + j, and the tokens it runs are c identical copies (one from every rank)
+of the baseline expert's tokens, stacked along a dim a whose baseline extent is c times
+smaller. Every table relates a baseline signature k to the distributed signature kp of the
+same instruction on such a tiled operand (dim a multiplied by c):
+
+``xt1(k, kp, a, a2)``        unary k (pointwise, reshape, transpose, broadcast keeping a) whose
+                             operand dim a becomes result dim a2; kp is k with both multiplied.
+                             A reshape qualifies when the element counts before a and before a2
+                             are equal, so the c copies stay the outermost factor of a2.
+``xtb(k, kp, a2)``           broadcast creating dim a2 (no operand dim maps to it): kp creates
+                             it c times larger (a created dim holds copies whatever its extent)
+``xt2(k, kp, a)``            binary pointwise, both operands and the result tiled along a
+``xtdot(k, kp, a, a2, s)``   dot whose operand s (0 lhs, 1 rhs) has free dim a (neither batch
+                             nor contracting), result dim a2; the other operand untouched
+``xsplit(k, kp, s)``         reshapes of one operand shape X: k makes X[s] into (1, X[s]), kp
+                             into (c, X[s]/c) (the received pieces of an all-to-all along s)
+``xmerge(k, kp, a)``         reshapes to one shape Y: k merges (1, N) at (a, a+1) into N, kp
+                             merges (c, N/c) there into N
+``xlocal(k)``                a signature both programs run that is not a collective: it computes
+                             on one rank from that rank's operands alone
+``xcat(k, kp, d, a, n)``     concatenates along d: k of c*n operands of shape S, kp of n
+                             operands of shape S with dim a multiplied by c
+
+Only built when the distributed program has an all-to-all (the only way such copies arise),
+so other programs pay nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from math import prod
+from typing import TYPE_CHECKING
+
+from ..ops import BINARY_POINTWISE, COLLECTIVES, UNARY_POINTWISE
+
+if TYPE_CHECKING:
+    from ..graph import Graphs
+    from ..signature import Dims, Sig
+
+TABLES: tuple[str, ...] = ("xt1", "xtb", "xt2", "xtdot", "xsplit", "xmerge", "xcat", "xlocal")
+
+Rows = dict[str, list[tuple[object, ...]]]
+
+
+def _times(dims: Dims, d: int, c: int) -> Dims:
+    return (*dims[:d], dims[d] * c, *dims[d + 1 :])
+
+
+def _ints(parsed: dict[str, object], name: str) -> list[int]:
+    v = parsed.get(name, [])
+    return [int(x) for x in v] if isinstance(v, (list, tuple)) else []  # type: ignore[call-overload]
+
+
+def graph_rows(rows: Rows, g: Graphs) -> None:
+    if not any(n.side == "distributed" and n.ins.opcode == "all-to-all" for n in g.nodes):
+        return
+    c = g.spec.c
+    if c < 2:
+        return
+    dist = {n.sig.key() for n in g.nodes if n.side == "distributed" and n.sig is not None}
+    seen: set[str] = set()
+    for node in g.nodes:
+        if node.side != "baseline" or node.sig is None:
+            continue
+        k = node.sig.key()
+        if k in seen:
+            continue
+        seen.add(k)
+        if k in dist and node.sig.opcode not in COLLECTIVES:
+            rows["xlocal"].append((k,))
+        _rows(rows, node.sig, node.ins.parsed, c, dist)
+
+
+def _rows(rows: Rows, sig: Sig, parsed: dict[str, object], c: int, dist: set[str]) -> None:
+    op, k = sig.opcode, sig.key()
+    out = sig.out[1]
+    ins = [dims for _, dims in sig.ins]
+
+    def add(table: str, kp: Sig, *args: object) -> None:
+        key = kp.key()
+        if key in dist:
+            rows[table].append((k, key, *args))
+
+    if op in UNARY_POINTWISE and len(ins) == 1 and ins[0] == out:
+        for a in range(len(out)):
+            add("xt1", sig.with_dims([_times(out, a, c)], _times(out, a, c)), a, a)
+    elif op in BINARY_POINTWISE and len(ins) == 2 and ins[0] == ins[1] == out:
+        for a in range(len(out)):
+            t = _times(out, a, c)
+            add("xt2", sig.with_dims([t, t], t), a)
+    elif op == "reshape" and len(ins) == 1:
+        src = ins[0]
+        for a in range(len(src)):
+            for a2 in range(len(out)):
+                if prod(src[:a]) == prod(out[:a2]):
+                    add("xt1", sig.with_dims([_times(src, a, c)], _times(out, a2, c)), a, a2)
+        for s in range(len(src)):
+            if out == (*src[:s], 1, src[s], *src[s + 1 :]) and src[s] % c == 0:
+                add("xsplit", sig.with_dims([src], (*src[:s], c, src[s] // c, *src[s + 1 :])), s)
+        for a in range(len(src) - 1):
+            if src[a] == 1 and src[a + 1] % c == 0 and out == (*src[:a], src[a + 1], *src[a + 2 :]):
+                add("xmerge", sig.with_dims([(*src[:a], c, src[a + 1] // c, *src[a + 2 :])], out), a)
+    elif op == "transpose" and len(ins) == 1:
+        perm = _ints(parsed, "dimensions")
+        if sorted(perm) == list(range(len(out))):
+            for a in range(len(out)):
+                a2 = perm.index(a)
+                add("xt1", sig.with_dims([_times(ins[0], a, c)], _times(out, a2, c)), a, a2)
+    elif op == "broadcast" and len(ins) == 1:
+        mapped = _ints(parsed, "dimensions")
+        if len(mapped) == len(ins[0]):
+            for a, a2 in enumerate(mapped):
+                add("xt1", sig.with_dims([_times(ins[0], a, c)], _times(out, a2, c)), a, a2)
+            for a2 in range(len(out)):
+                if a2 not in mapped:
+                    add("xtb", sig.with_dims([ins[0]], _times(out, a2, c)), a2)
+    elif op == "dot" and len(ins) == 2:
+        lb, lc = _ints(parsed, "lhs_batch_dims"), _ints(parsed, "lhs_contracting_dims")
+        rb, rc = _ints(parsed, "rhs_batch_dims"), _ints(parsed, "rhs_contracting_dims")
+        lhs, rhs = ins
+        lfree = [d for d in range(len(lhs)) if d not in lb and d not in lc]
+        rfree = [d for d in range(len(rhs)) if d not in rb and d not in rc]
+        for j, a in enumerate(lfree):
+            a2 = len(lb) + j
+            add("xtdot", sig.with_dims([_times(lhs, a, c), rhs], _times(out, a2, c)), a, a2, 0)
+        for j, a in enumerate(rfree):
+            a2 = len(lb) + len(lfree) + j
+            add("xtdot", sig.with_dims([lhs, _times(rhs, a, c)], _times(out, a2, c)), a, a2, 1)
+    elif op == "concatenate" and ins and all(x == ins[0] for x in ins) and len(ins) % c == 0:
+        d = _ints(parsed, "dimensions")
+        if len(d) != 1:
+            return
+        n = len(ins) // c
+        for a in range(len(out)):
+            if a == d[0]:
+                continue
+            t = _times(ins[0], a, c)
+            o = (*t[: d[0]], t[d[0]] * n, *t[d[0] + 1 :])
+            dtype = sig.ins[0][0]
+            add("xcat", replace(sig, ins=tuple((dtype, t) for _ in range(n)), out=(sig.out[0], o)), d[0], a, n)
