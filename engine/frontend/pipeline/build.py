@@ -16,7 +16,9 @@ process groups other than the default world, and tensor parallelism inside a sta
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -32,6 +34,11 @@ from .. import capture
 from . import Pipeline
 
 _HERE = str(Path(__file__).resolve().parent)
+
+
+@functools.lru_cache(maxsize=4096)
+def _real(path: str) -> str:
+    return os.path.realpath(path)
 
 
 class _Work:
@@ -51,9 +58,20 @@ class _P2POp:
         self.op, self.tensor, self.peer, self.tag = op, tensor, peer if peer is not None else group_peer, tag
 
 
+class _Waiting(Exception):
+    """A stage's trace waits for an object a stage not yet traced sends."""
+
+
 class _Recorder:
-    def __init__(self, stage: int, stages: int, root: Path) -> None:
+    def __init__(self, stage: int, stages: int, root: Path, mailbox: dict[tuple[int, int], list[Any]] | None = None) -> None:
         self.stage, self.stages, self.root = stage, stages, root
+        # Objects sent with send_object_list, per (src, dst), shared by every stage's recorder:
+        # the stages are traced in order, so what stage k sends to a later stage is here when
+        # that stage receives it (torch.distributed.pipelining's runtime shape inference sends
+        # each stage's output shapes forward this way).
+        self.mailbox = mailbox if mailbox is not None else {}
+        self.objects_sent: dict[int, int] = {}
+        self.objects_received: dict[int, int] = {}
         self.ops: list[dict[str, Any]] = []
         self.sent: list[Any] = []
         self.received: list[tuple[Any, dict[str, Any]]] = []
@@ -62,7 +80,8 @@ class _Recorder:
         f = sys._getframe(1)
         while f is not None:
             name = f.f_code.co_filename
-            if not name.startswith(_HERE) and "/torch/" not in name:
+            # realpath: this package may be reached through a symlink (a linked checkout).
+            if not _real(name).startswith(_HERE) and "/torch/" not in name:
                 return f"{capture.portable_path(name, self.root)}:{f.f_lineno}"
             f = f.f_back
         return "<unknown line>"
@@ -81,8 +100,13 @@ class _Recorder:
 
     def recv(self, tensor: Any, peer: Any, blocking: bool, at: str) -> None:
         peer = self._peer(peer, "recv", at)
+        import torch
+
         ph = capture.placeholder(tuple(tensor.shape), tensor.dtype)
-        tensor.copy_(ph)
+        # The transport writes the buffer outside autograd (torch.distributed.pipelining's
+        # receive buffers are leaves that require grad: the gradient sent back is theirs).
+        with torch.no_grad():
+            tensor.copy_(ph)
         op = {"op": "recv", "peer": peer, "blocking": blocking, "shape": _shape(tensor), "at": at}
         self.ops.append(op)
         self.received.append((ph, op))
@@ -121,12 +145,34 @@ class _Recorder:
                     raise common.DeclarationError(f"stage {rec.stage}: batch_isend_irecv at {at}: a P2POp of {kind or op.op!r}; expected dist.isend or dist.irecv")
             return [_Work() for _ in p2p_op_list]
 
-        fns = {"send": send, "recv": recv, "isend": isend, "irecv": irecv, "batch_isend_irecv": batch_isend_irecv, "P2POp": _P2POp}
+        def send_object_list(object_list: list[Any], dst: Any = None, group: Any = None, device: Any = None, group_dst: Any = None, use_batch: bool = False) -> None:
+            at = rec._where()
+            peer = rec._peer(dst if dst is not None else group_dst, "send_object_list", at)
+            box = rec.mailbox.setdefault((rec.stage, peer), [])
+            n = rec.objects_sent[peer] = rec.objects_sent.get(peer, 0) + 1
+            # The n-th object on the channel; a stage traced again writes the same object again.
+            box[n - 1 :] = [list(object_list), *box[n:]]
+
+        def recv_object_list(object_list: list[Any], src: Any = None, group: Any = None, device: Any = None, group_src: Any = None, use_batch: bool = False) -> int:
+            at = rec._where()
+            peer = rec._peer(src if src is not None else group_src, "recv_object_list", at)
+            box = rec.mailbox.get((peer, rec.stage), [])
+            n = rec.objects_received[peer] = rec.objects_received.get(peer, 0) + 1
+            if len(box) < n:
+                raise _Waiting(f"stage {rec.stage} waits in recv_object_list at {at} for object #{n} from stage {peer}, which sends {len(box)}")
+            got = box[n - 1]
+            if len(got) != len(object_list):
+                raise common.DeclarationError(f"stage {rec.stage}: recv_object_list at {at} receives {len(object_list)} object(s), stage {peer} sent {len(got)}")
+            object_list[:] = got
+            return peer
+
+        fns = {"send": send, "recv": recv, "isend": isend, "irecv": irecv, "batch_isend_irecv": batch_isend_irecv, "P2POp": _P2POp, "send_object_list": send_object_list, "recv_object_list": recv_object_list}
         saved = [(mod, k, getattr(mod, k)) for mod in (dist, c10d) for k in fns]
         for mod, k, _ in saved:
             setattr(mod, k, fns[k])
         try:
-            yield
+            with _pipelining_handshake_off():
+                yield
         finally:
             for mod, k, v in saved:
                 setattr(mod, k, v)
@@ -147,6 +193,33 @@ class _Recorder:
         if callable(program):
             return lambda *a: results(program(*a))
         raise common.DeclarationError(f"stage {self.stage} is {type(program).__name__}; expected an nn.Module or a callable")
+
+
+@contextmanager
+def _pipelining_handshake_off() -> Iterator[None]:
+    """torch.distributed.pipelining's first step posts a handshake with each neighbour (a
+    non-blocking batch that sends the stage index, a 0-d int64, into a ``zeros(1)`` float
+    buffer nobody reads) only to create the NCCL communicators. It carries no value the
+    program uses and, all non-blocking in one batch, cannot deadlock; matched like a data
+    transfer it would read as a shape mismatch and shift every later transfer's microbatch
+    number. It is left out of the recorded schedule while a stage is traced."""
+    stage_mod = sys.modules.get("torch.distributed.pipelining.stage")
+    base = getattr(stage_mod, "_PipelineStageBase", None)
+    if base is None:
+        yield
+        return
+    saved = base._get_init_p2p_neighbors_ops
+    base._get_init_p2p_neighbors_ops = lambda self: []
+    try:
+        yield
+    finally:
+        base._get_init_p2p_neighbors_ops = saved
+
+
+def _start_dist(rank: int, world: int) -> None:
+    from ..torchdist import backend
+
+    backend.start(rank, world)
 
 
 def _shape(t: Any) -> str:
@@ -189,13 +262,37 @@ def build(request: common.BuildRequest, decl: Pipeline, ctx: Any, timings: dict[
     sides: list[Any] = []
     recorders: list[_Recorder] = []
     stage_specs: list[dict[str, Any]] = []
+    mailbox: dict[tuple[int, int], list[Any]] = {}
+    traced: dict[int, tuple[Any, _Recorder, dict[str, Any]]] = {}
+    pending = list(range(decl.stages))
+    while pending:
+        # Stages are traced in rank order; one that waits for an object a later rank sends
+        # (an interleaved schedule's rank 0 needs stage pp-1's output shapes for its stage pp)
+        # is traced again once the others have run.
+        waiting: dict[int, str] = {}
+        before = sum(len(box) for box in mailbox.values())
+        for k in pending:
+            if len(request.groups[0]) == 1:
+                # One rank per stage: torch.distributed runs as rank k of the stages (the
+                # schedules of torch.distributed.pipelining and Megatron ask for the rank and
+                # world size); point-to-point calls are recorded by the patches, never sent.
+                _start_dist(k, decl.stages)
+            with common.meta_device():
+                program = decl.stage(k)
+            rec = _Recorder(k, decl.stages, root, mailbox)
+            inputs = {i.name: capture.placeholder(tuple(i.shape), common._dtype(i.dtype)) for i in decl.inputs}
+            try:
+                with rec.patched():
+                    side = common._trace(rec.wrap(program), inputs, f"stage {k}", root, exclude, request.source_packages, plan)
+            except _Waiting as w:
+                waiting[k] = str(w)
+                continue
+            traced[k] = (side, rec, inputs)
+        if len(waiting) == len(pending) and sum(len(box) for box in mailbox.values()) == before:
+            raise common.DeclarationError("the stages' object exchange (send_object_list / recv_object_list) deadlocks: " + "; ".join(waiting.values()), "entry")
+        pending = sorted(waiting)
     for k in range(decl.stages):
-        with common.meta_device():
-            program = decl.stage(k)
-        rec = _Recorder(k, decl.stages, root)
-        inputs = {i.name: capture.placeholder(tuple(i.shape), common._dtype(i.dtype)) for i in decl.inputs}
-        with rec.patched():
-            side = common._trace(rec.wrap(program), inputs, f"stage {k}", root, exclude, request.source_packages, plan)
+        side, rec, inputs = traced[k]
         params: list[dict[str, Any]] = []
         known: set[int] = set()
         for name, ph in inputs.items():
