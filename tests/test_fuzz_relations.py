@@ -162,7 +162,7 @@ def test_a_broadcast_keeping_the_rank_is_not_read_as_a_repeat() -> None:
     # Found by bench/fuzz.py (mutated pairs through verify): a broadcast that adds no dim (one
     # the normalizer keeps, e.g. for its layout) made the repeat_interleave table index past
     # the result's dims.
-    from shardproof.engine.analysis.graph import _repeat_broadcast
+    from shardproof.engine.analysis.laws.slicing import _repeat_broadcast
     from shardproof.engine.hlo.parser import parse_hlo
 
     hlo = """HloModule m, entry_computation_layout={(f32[2,3]{1,0})->f32[2,3]{0,1}}

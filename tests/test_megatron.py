@@ -695,8 +695,8 @@ def test_merged_run_blocks_is_the_fused_block_sharding_of_the_merge() -> None:
 
     import numpy as np
 
+    from shardproof.engine.analysis.laws.core import merged_run_blocks
     from shardproof.engine.analysis.signature import scale
-    from shardproof.engine.analysis.tables import merged_run_blocks
     from shardproof.engine.witness.inputs import split
 
     def rows(src: tuple[int, ...], out: tuple[int, ...], c: int) -> list[tuple[int, int, tuple[int, ...]]]:

@@ -21,7 +21,7 @@ import yaml
 from config_runs import TPLM_HEAD, run_template
 
 from shardproof.engine.analysis.check import check_files
-from shardproof.engine.analysis.tables import unit_reshape_broadcasts
+from shardproof.engine.analysis.laws.core import unit_reshape_broadcasts
 from shardproof.engine.relations import load_relations
 
 ROOT = Path(__file__).parents[1]

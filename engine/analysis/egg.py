@@ -60,9 +60,8 @@ def _bindings() -> ModuleType:
 
 bindings = _bindings()
 
-RULE_FILES: tuple[str, ...] = ("core.egg", "algebra.egg", "partition.egg", "collectives.egg", "slicing.egg", "argreduce.egg", "unroll.egg", "layout.egg", "customcall.egg", "permute.egg", "rankalgebra.egg", "rankselect.egg", "vocabraw.egg", "gathercat.egg", "slicescatter.egg", "alltoall.egg", "rankpos.egg", "window.egg", "scaling.egg", "scatter.egg", "padded.egg", "ring.egg", "crossentropy.egg", "ringcollect.egg")
-# The registered law families' rules files (engine/analysis/laws), after the files above.
-RULE_FILES += tuple(f for f in laws.rule_files() if f not in RULE_FILES)
+# The registered law families' rules files, in load order (engine/analysis/laws).
+RULE_FILES: tuple[str, ...] = laws.rule_files()
 
 
 def split_forms(text: str) -> Iterator[str]:

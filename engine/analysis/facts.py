@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ..relations import Binding, RelationSpec
 from .egg import Session
 from .graph import Graphs
-from .layouts import LayoutSolver
+from .laws.layout import LayoutSolver
 
 
 @dataclass

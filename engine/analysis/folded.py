@@ -26,7 +26,7 @@ from .egg import RunStats
 from .facts import Fact, Facts, carried_seeds
 from .graph import Graphs, build
 from .inputs import outputs, range_seeds
-from .layouts import LayoutSolver
+from .laws.layout import LayoutSolver
 
 # (output j, relation, rule, seed template, baseline target: ("out"|"ext", index) or None)
 Entry = tuple[int, str, str, str | None, tuple[str, int] | None]

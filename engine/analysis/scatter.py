@@ -43,8 +43,7 @@ from dataclasses import dataclass
 from ..hlo.literals import INT_BITS, int_range
 from ..ir import Instruction, Module, Shape
 from .ops import VALUE_NEUTRAL_ATTRS
-from .signature import Dims, Sig
-from .tables import gscale
+from .signature import Dims, Sig, gscale
 
 # Attributes of scatter the reader understands; anything else keeps the scatter unsupported.
 KNOWN_ATTRS = frozenset(

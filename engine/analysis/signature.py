@@ -121,6 +121,21 @@ def scale(dims: Dims, d: int, c: int) -> Dims | None:
     return (*dims[:d], dims[d] // c, *dims[d + 1 :])
 
 
+def gscale(dims: Dims, d: int, k: int, e: int, c: int) -> Dims | None:
+    """The per-rank shape of a rank-group relation grp(d, K, e): dims[d] divided by q = c/K,
+    dims[e] (e >= 0) by K; None when they do not divide."""
+    q = c // k
+    if not 0 <= d < len(dims) or dims[d] % q or dims[d] < q or e == d or e >= len(dims):
+        return None
+    out = list(dims)
+    out[d] //= q
+    if e >= 0:
+        if dims[e] % k or dims[e] < k:
+            return None
+        out[e] //= k
+    return tuple(out)
+
+
 def prod(xs: Dims) -> int:
     n = 1
     for x in xs:

@@ -23,7 +23,7 @@ from .egg import ITERATIONS, LAYOUT_ROUNDS, NODES, SECONDS, RunStats, Session, f
 from .facts import Fact, Facts, carried_seeds, expected_text, public_bijections, read_facts
 from .graph import ELIDED_HINT, Graphs, Node, build, elided_constants
 from .inputs import check_inputs, outputs, param, range_seeds
-from .layouts import LayoutSolver
+from .laws.layout import LayoutSolver
 from .localize import localize, trace
 from .partition import Segment, plan
 

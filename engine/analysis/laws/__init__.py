@@ -2,22 +2,38 @@
 
 A family is the laws of one rules file (``rules/<family>.egg``, whose header states each law
 and its side conditions) plus the Python that writes the tables those rules read. graph.build
-asks every registered family for its rows; nothing in graph.py names a family, and
-egg.RULE_FILES loads every registered rules file. To add a family:
+turns both programs into e-graph terms and asks every registered family for its rows; nothing
+in graph.py names a family. egg.RULE_FILES loads the registered rules files in registry order
+(a file may use the relations of the files before it). The tree::
+
+    rules/<family>.egg                  the laws, their side conditions, the relations
+    engine/analysis/laws/__init__.py    this registry (FAMILIES, in load order)
+    engine/analysis/laws/<family>.py    TABLES and the hooks that fill them
+    engine/analysis/laws/values.py      exact literal values and type bounds (shared helpers)
+    engine/analysis/graph.py            nodes, signatures, term rows; calls the hooks below
+    tests/laws/families.py              per family: generated programs run by XLA against the
+                                        verdict (tests/test_law_properties.py)
+
+To add a family (graph.py, egg.py and the other families stay untouched):
 
 1. ``rules/<family>.egg``: the relations its tables fill and the rules, with a header stating
-   the law and its side conditions;
-2. ``engine/analysis/laws/<family>.py``: ``TABLES`` (the table names), and one or both hooks
+   the law and its side conditions (dtypes, narrow-int wrap, NaN; group layouts: DP x TP);
+2. ``engine/analysis/laws/<family>.py``: ``TABLES`` (the table names) and one or more hooks
 
    - ``instruction_rows(rows, side, sig, ins, opnd, c)``: called for every instruction with a
-     signature whose opcode is in ``OPCODES`` (``None``: every opcode);
+     signature whose opcode is in ``OPCODES`` (``None``: every opcode); stateless;
+   - ``walk(rows, g)``: called once before the instructions are visited; returns ``None``
+     (nothing to write for this pair) or ``visit(node, key, sig, opnd)``, called for every
+     instruction in order, baseline first (``sig`` None for a constant, ``key`` its literal
+     key), for families that need the node's operands, its module or state over the walk;
    - ``graph_rows(rows, g)``: called once after every node exists (whole-graph facts);
 
-3. one ``Family(...)`` line below.
+3. one ``Family(...)`` line below; then a generator in tests/laws/families.py.
 
-Families not yet moved here keep their module (window: engine/analysis/window.py) and are
-registered by the same line; the older families (tables.py, padded.py, scatter.py, layouts)
-are still wired by hand in graph.py.
+Every hook appends tuples to ``rows[table]`` for its own TABLES only; build deduplicates and
+sorts them. Rules-only families (tables filled by an earlier family, or none) register with
+``()``. Example, the whole of one family: ``git show --stat`` of the commit adding
+rules/neutral.egg (one .egg, one module, one line here, one property generator).
 """
 
 from __future__ import annotations
@@ -26,16 +42,43 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import window
-from . import a2adup, clampgather, crossentropy, expertlist, microbatch, neutral, onehot, rankint, ringrun
+from . import (
+    a2adup,
+    algebra,
+    argreduce,
+    clampgather,
+    core,
+    crossentropy,
+    expertlist,
+    gathercat,
+    layout,
+    microbatch,
+    modgroup,
+    neutral,
+    onehot,
+    padded,
+    rankint,
+    rankpos,
+    rankselect,
+    ring,
+    ringrun,
+    scaling,
+    scatter,
+    slicing,
+    unroll,
+    vocabraw,
+    window,
+)
 
 if TYPE_CHECKING:
     from ...ir import Instruction, Shape
-    from ..graph import Graphs
+    from ..graph import Graphs, Node
     from ..signature import Sig
 
 Rows = dict[str, list[tuple[object, ...]]]
 InstructionHook = Callable[[Rows, str, "Sig", "Instruction", "list[Shape]", int], None]
+Visit = Callable[["Node", str, "Sig | None", "list[Shape]"], None]
+WalkHook = Callable[[Rows, "Graphs"], "Visit | None"]
 GraphHook = Callable[[Rows, "Graphs"], None]
 
 
@@ -47,6 +90,7 @@ class Family:
     opcodes: frozenset[str] | None = None  # the opcodes instruction_rows reads (None: all)
     instruction_rows: InstructionHook | None = None
     graph_rows: GraphHook | None = None
+    walk: WalkHook | None = None
 
 
 def _xent(rows: Rows, side: str, sig: Any, ins: Any, opnd: Any, c: int) -> None:
@@ -54,8 +98,30 @@ def _xent(rows: Rows, side: str, sig: Any, ins: Any, opnd: Any, c: int) -> None:
 
 
 FAMILIES: list[Family] = [
+    Family("core", "core.egg", core.TABLES, walk=core.walk),  # shape rows of partition .. window too
+    Family("algebra", "algebra.egg", algebra.TABLES, walk=algebra.walk, graph_rows=algebra.graph_rows),
+    Family("partition", "partition.egg", ()),  # identlit: algebra; mergeblocks ...: core
+    Family("collectives", "collectives.egg", ()),  # allreduce ...: core
+    Family("slicing", "slicing.egg", slicing.TABLES, walk=slicing.walk, graph_rows=slicing.graph_rows),
+    Family("argreduce", "argreduce.egg", argreduce.TABLES, walk=argreduce.walk),
+    Family("unroll", "unroll.egg", unroll.TABLES, unroll.OPCODES, unroll.instruction_rows),
+    Family("layout", "layout.egg", layout.TABLES, layout.OPCODES, layout.instruction_rows, layout.graph_rows),
+    Family("customcall", "customcall.egg", ()),  # ccident, ccmoves: core
+    Family("permute", "permute.egg", ()),  # cpshift: core
+    Family("rankalgebra", "rankalgebra.egg", ()),  # litrecip: algebra
+    Family("rankselect", "rankselect.egg", rankselect.TABLES, rankselect.OPCODES, rankselect.instruction_rows),
+    Family("vocabraw", "vocabraw.egg", vocabraw.TABLES, graph_rows=vocabraw.graph_rows),
+    Family("gathercat", "gathercat.egg", gathercat.TABLES, gathercat.OPCODES, gathercat.instruction_rows),
+    Family("slicescatter", "slicescatter.egg", ()),
+    Family("alltoall", "alltoall.egg", ()),  # alltoall, alltoalldim: core
+    Family("rankpos", "rankpos.egg", rankpos.TABLES, walk=rankpos.walk, graph_rows=rankpos.graph_rows),
+    Family("window", "window.egg", window.TABLES, window.OPCODES, window.instruction_rows),
+    Family("scaling", "scaling.egg", scaling.TABLES, scaling.OPCODES, scaling.instruction_rows),
+    Family("scatter", "scatter.egg", scatter.TABLES, walk=scatter.walk),
+    Family("padded", "padded.egg", padded.TABLES, walk=padded.walk),
+    Family("ring", "ring.egg", ring.TABLES, ring.OPCODES, ring.instruction_rows),
     Family("crossentropy", "crossentropy.egg", crossentropy.XENT_TABLES, frozenset({"gather", "concatenate", "reshape", "broadcast", "reduce"}), _xent),
-    Family("window", "window.egg", window.WINDOW_TABLES, frozenset({"reduce-window", "reduce", "broadcast", "transpose", "reshape"}), window.window_rows),
+    Family("ringcollect", "ringcollect.egg", ()),
     Family("rankint", "rankint.egg", rankint.TABLES, graph_rows=rankint.graph_rows),
     Family("neutral", "neutral.egg", neutral.TABLES, neutral.OPCODES, neutral.instruction_rows),
     Family("onehot", "onehot.egg", onehot.TABLES, graph_rows=onehot.graph_rows),
@@ -64,6 +130,7 @@ FAMILIES: list[Family] = [
     Family("clampgather", "clampgather.egg", clampgather.TABLES, graph_rows=clampgather.graph_rows),
     Family("ringrun", "ringrun.egg", ringrun.TABLES),
     Family("expertlist", "expertlist.egg", expertlist.TABLES, graph_rows=expertlist.graph_rows),
+    Family("modgroup", "modgroup.egg", modgroup.TABLES, graph_rows=modgroup.graph_rows),
 ]
 
 

@@ -1,15 +1,69 @@
-"""Answer the layout family's composition requests with bijection inference.
+"""The layout family (rules/layout.egg): tensors related through a split/merge bijection.
 
-The rules ask ``lwant-d L K k`` (the distributed side applies layout op k to a tensor related by
-layout L and kind K) or ``lwant-b L K k`` (the baseline side does). The answer row says which
-layout and kind relate the results, or is absent when no split/merge bijection exists.
+Tables written while the graphs are built:
+
+``layoutop(k)``       k is a reshape or transpose (a layout op);
+``ew(k, n)``          k is pointwise, n its name without shapes (the same map on any shape);
+``dotop(k)``, ``reduceop(k)``: k is a dot, a reduce of one array;
+``bcastone(k)``       broadcast k adds one dim, keeping the operand's dims in order;
+``kind-sh``, ``kind-p``, ``kind-plain``, ``kind-g``: the relation kinds a layout carries (sharded
+                      along d, partial by op, duplicate, rank-group grp(d, K) for the group
+                      factors K the distributed graph selects with: core.group_factors).
+
+``ubcast`` and ``bcastunit``/``bcastexpand`` are shape rows of core.Tables.
+
+The rules then ask ``lwant-d L K k`` (the distributed side applies layout op k to a tensor
+related by layout L and kind K) or ``lwant-b L K k`` (the baseline side does); LayoutSolver
+answers between saturation runs: the answer row says which layout and kind relate the results,
+or is absent when no split/merge bijection exists.
+
+Side conditions: a layout is a bijection of element positions (values move, none change), so the
+laws hold for every element type; a kind survives only ops that act the same on every element
+(``ew`` by name) or whose dims the bijection maps whole.
 """
 
 from __future__ import annotations
 
-from .bijection import Layout, _runs
-from .signature import Sig, prod, scale
-from .tables import unit_block_broadcast
+from typing import TYPE_CHECKING
+
+from ...ir import Instruction, Shape
+from ..bijection import Layout, _runs
+from ..ops import BINARY_POINTWISE, TERNARY_POINTWISE, UNARY_POINTWISE
+from ..signature import Sig, prod, scale
+from .core import group_factors, unit_block_broadcast
+
+if TYPE_CHECKING:
+    from ..graph import Graphs
+
+Rows = dict[str, list[tuple[object, ...]]]
+POINTWISE = UNARY_POINTWISE | BINARY_POINTWISE | TERNARY_POINTWISE
+TABLES = ("layoutop", "ew", "dotop", "reduceop", "bcastone", "kind-sh", "kind-p", "kind-plain", "kind-g")
+OPCODES = frozenset({"reshape", "transpose", "dot", "reduce", "broadcast"} | POINTWISE)
+
+
+def instruction_rows(rows: Rows, side: str, sig: Sig, ins: Instruction, opnd: list[Shape], c: int) -> None:
+    op, key = ins.opcode, sig.key()
+    if op in ("reshape", "transpose"):
+        rows["layoutop"].append((key,))
+    if op in POINTWISE:
+        rows["ew"].append((key, sig.pointwise_name()))
+    if op == "dot":
+        rows["dotop"].append((key,))
+    if op == "reduce" and len(opnd) == 2:
+        rows["reduceop"].append((key,))  # a reduce under a layout
+    if op == "broadcast" and opnd and len(ins.shape.dims) == len(opnd[0].dims) + 1 and list(ins.parsed.get("dimensions", [])) == sorted(ins.parsed.get("dimensions", [])):
+        rows["bcastone"].append((key,))  # one new dim, the others in order
+
+
+def graph_rows(rows: Rows, g: Graphs) -> None:
+    for d in range(8):
+        rows["kind-sh"].append((f"s:{d}", d))
+        rows["kind-plain"].append((f"s:{d}",))
+    rows["kind-plain"].append(("dup",))
+    rows["kind-p"].extend((f"p:{op}", op) for op in ("add", "max", "min"))
+    # Rank-group kinds (grp under a layout): only for the group factors the distributed graph
+    # selects with, so other programs pay nothing.
+    rows["kind-g"].extend((f"g:{d}:{k}", d, k) for d in range(8) for k in group_factors(g))
 
 ID = "id"
 

@@ -6,6 +6,10 @@
                       a block of n/c (the rank's reduce-window of its block).
 ``redadd(k, d)``      reduce k of one array with reducer add over dim d alone (either graph).
 ``bcastin(k, d)``     broadcast k inserts dim d alone, keeping every operand dim in order.
+``sortmoves(k, d, kp)``  baseline stable sort k along one dim other than d (every operand shaped
+                      alike): each slice along d sorts on its own; kp sorts a block of n/c.
+``sortarray(k)``      that sort has one operand (an array result).
+``gtemoves(k, d, kp)``  baseline get-tuple-element k of an array: a block along d is taken alike.
 ``pmove(k, e, e2)``   distributed broadcast, transpose or unit-dim-only reshape k carries operand
                       dim e whole onto result dim e2 (a value constant along the other dims stays
                       so: a broadcast repeats it, a transpose or unit reshape only relabels).
@@ -17,19 +21,37 @@ attribute not understood gives no row.
 
 from __future__ import annotations
 
-from ..ir import Instruction, Shape
-from .signature import Sig, scale
+from ...ir import Instruction, Shape
+from ..signature import Sig, scale
 
-WINDOW_TABLES = ("cumwin", "redadd", "bcastin", "pmove")
+TABLES = ("cumwin", "redadd", "bcastin", "pmove", "sortmoves", "gtemoves", "sortarray")
+OPCODES = frozenset({"reduce-window", "reduce", "broadcast", "transpose", "reshape", "sort", "get-tuple-element"})
 
 _TRIVIAL = {"size": "1", "stride": "1", "pad": "0_0", "lhs_dilate": "1", "rhs_dilate": "1", "rhs_reversal": "0"}
 
 Rows = dict[str, list[tuple[object, ...]]]
 
 
-def window_rows(rows: Rows, side: str, sig: Sig, ins: Instruction, opnd: list[Shape], c: int) -> None:
+def instruction_rows(rows: Rows, side: str, sig: Sig, ins: Instruction, opnd: list[Shape], c: int) -> None:
     op, key = ins.opcode, sig.key()
-    if op == "reduce-window" and side == "baseline":
+    out = ins.shape
+    if op == "sort" and side == "baseline" and opnd and str(ins.parsed.get("is_stable", "")).lower() == "true":
+        # A stable sort along e sorts every slice along e on its own.
+        along = list(ins.parsed.get("dimensions", []))
+        src = opnd[0].dims
+        if len(along) == 1 and all(o.dims == src for o in opnd):
+            for d, n in enumerate(src):
+                if d != along[0] and n % c == 0 and n >= c:
+                    si = (*src[:d], n // c, *src[d + 1 :])
+                    kp = sig.with_dims([si] * len(opnd)).key() if out.is_tuple else sig.with_dims([si], si).key()
+                    rows["sortmoves"].append((key, d, kp))
+                    if not out.is_tuple:
+                        rows["sortarray"].append((key,))
+    elif op == "get-tuple-element" and side == "baseline" and not out.is_tuple:
+        for d, n in enumerate(out.dims):
+            if n % c == 0 and n >= c:
+                rows["gtemoves"].append((key, d, sig.with_dims(None, (*out.dims[:d], n // c, *out.dims[d + 1 :])).key()))
+    elif op == "reduce-window" and side == "baseline":
         _cumwin(rows, sig, ins, opnd, c)
     elif op == "reduce" and len(opnd) == 2 and ins.parsed.get("reducer") == "add":
         dims = list(ins.parsed.get("dimensions", []))

@@ -38,10 +38,21 @@ own-rows gather whose index is an exact position (rules/rankpos.egg rpos).
 
 from __future__ import annotations
 
-from ..ir import Instruction
-from .ops import BINARY_POINTWISE, TERNARY_POINTWISE, UNARY_POINTWISE
-from .signature import Dims, Sig, prod
-from .tables import Tables
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ...ir import Instruction, Module, Shape
+from ...relations import RelationSpec
+from ..ops import BINARY_POINTWISE, TERNARY_POINTWISE, UNARY_POINTWISE
+from ..signature import Dims, Sig, prod
+from .core import reduce_init_identities
+from .values import shape_text
+
+if TYPE_CHECKING:
+    from ..graph import Graphs, Node
+
+Rows = dict[str, list[tuple[object, ...]]]
+TABLES = ("pm1", "pm2", "pm2l", "pm2r", "pm3", "pbn", "pdb", "pdc", "psum", "pcat", "padrows")
 
 # f(0) = 0 exactly (and f(-0) = ±0): a zero tail stays zero. Not exp, cos, logistic, rsqrt,
 # log, not, ... (their value at 0 is not 0).
@@ -55,14 +66,53 @@ def _set(dims: Dims, d: int, v: int) -> Dims:
     return (*dims[:d], v, *dims[d + 1 :])
 
 
+def walk(rows: Rows, g: Graphs) -> Callable[[Node, str, Sig | None, list[Shape]], None] | None:
+    """None (nothing to write) when no input is padded and no gather picks a rank's own rows."""
+    c = g.spec.c
+    pairs = seed_pairs(_padded_inputs(g.spec, g.baseline), g.distributed.entry.instructions, c)
+    if not pairs:
+        return None
+    pads = PadTables(c, rows, pairs)
+
+    def visit(node: Node, key: str, sig: Sig | None, opnd: list[Shape]) -> None:
+        if sig is None:
+            return
+        ins = node.ins
+        if node.side == "baseline":
+            init = reduce_init_identities(g, node)
+            pads.baseline(sig, ins, bool(init) and ins.parsed.get("reducer") in init)
+        elif ins.opcode == "gather" and len(opnd) == 2:
+            pick = rows_pick(ins, tuple(opnd[0].dims), tuple(opnd[1].dims), c)
+            if pick is not None:
+                rows["padrows"].append((key, pick[0], pick[1], shape_text(opnd[1].dtype, tuple(opnd[1].dims))))
+
+    return visit
+
+
+def _padded_inputs(spec: RelationSpec, baseline: Module) -> list[tuple[int, int]]:
+    """(n, w) of every padded input: the baseline parameter's extent along dim, the width."""
+    out = []
+    params = {p.parameter_number: p for p in baseline.entry.parameters} | {p.name: p for p in baseline.entry.parameters}
+    for b in spec.inputs:
+        r = b.relation
+        if r.kind == "padded" and r.width and b.baseline is not None:
+            p = params.get(b.baseline if isinstance(b.baseline, int) else b.baseline.lstrip("%"))
+            if p is not None and r.dim is not None and r.dim < len(p.shape.dims):
+                out.append((p.shape.dims[r.dim], r.width))
+    return out
+
+
 class PadTables:
-    def __init__(self, tables: Tables, pairs: set[tuple[int, int]]) -> None:
-        self.t = tables
-        self.c = tables.c
+    def __init__(self, c: int, rows: Rows, pairs: set[tuple[int, int]]) -> None:
+        self.rows = rows
+        self.c = c
         # baseline extent n -> per-rank widths w (c·w >= n)
         self.widths: dict[int, set[int]] = {}
         for n, w in pairs:
             self.note(n, w)
+
+    def add(self, table: str, *row: object) -> None:
+        self.rows[table].append(row)
 
     def note(self, n: int, w: int) -> None:
         if n > 0 and w > 0 and self.c * w >= n:
@@ -72,7 +122,7 @@ class PadTables:
         return sorted(self.widths.get(n, ()))
 
     def baseline(self, sig: Sig, ins: Instruction, init_identity: bool) -> None:
-        op, k, add = sig.opcode, sig.key(), self.t.add
+        op, k, add = sig.opcode, sig.key(), self.add
         ins_dims = [d for _, d in sig.ins]
         out = sig.out[1]
         if not self.widths:
@@ -140,7 +190,7 @@ class PadTables:
                     add("pcat", k, d, w, sig.with_dims([_set(x, d, w) for x in ins_dims], _set(out, d, w)).key())
 
     def _broadcast(self, sig: Sig, ins: Instruction, src: Dims, out: Dims) -> None:
-        k, add = sig.key(), self.t.add
+        k, add = sig.key(), self.add
         dims = list(ins.parsed.get("dimensions", []))
         if len(dims) != len(src):
             return
@@ -163,7 +213,7 @@ class PadTables:
         (n/T, T, ...) with T dividing w (the block is whole rows of the trailing dims, and the
         padding past n is past n/T), or when d leads a run of dims merged into one (T the
         product of the rest: block [r·w·T, (r + 1)·w·T), padding past n·T)."""
-        k, add = sig.key(), self.t.add
+        k, add = sig.key(), self.add
         for d, n in enumerate(src):
             ws = self._ws(n)
             if not ws:
@@ -193,7 +243,7 @@ class PadTables:
                             add("pm1", k, d, w, e, w * t, 1, sig.with_dims([_set(src, d, w)], _set(out, e, w * t)).key())
 
     def _dot(self, sig: Sig, ins: Instruction, ins_dims: list[Dims], out: Dims) -> None:
-        k, add = sig.key(), self.t.add
+        k, add = sig.key(), self.add
         p = ins.parsed
         lb, rb = list(p.get("lhs_batch_dims", [])), list(p.get("rhs_batch_dims", []))
         lc, rc = list(p.get("lhs_contracting_dims", [])), list(p.get("rhs_contracting_dims", []))

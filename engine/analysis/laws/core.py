@@ -1,4 +1,7 @@
-"""Shape arithmetic the rules consult: facts about single signatures, never about relations.
+"""Family core (rules/core.egg): the shape arithmetic the rules consult, facts about single
+signatures, never about relations. Its rows also serve the shape laws of partition.egg,
+collectives.egg, layout.egg (ubcast, bcastunit), customcall.egg, permute.egg, alltoall.egg,
+ring.egg, window.egg (reverse, reduce-window, mirrored permutes) and slicing.egg (grp: GroupTables).
 
 The laws live in ``rules/*.egg``; a law such as "a pointwise map commutes with block sharding"
 needs to know, for a given baseline signature, which input dimension becomes which output
@@ -81,34 +84,133 @@ inside one group (permute_within_groups).
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
-from ..ir import Instruction
-from ..relations import CustomCallRule
-from .bijection import Layout
-from .ops import (
+from ...ir import Instruction, Module, Shape
+from ...relations import CustomCallRule
+from ..bijection import Layout
+from ..ops import (
     BINARY_POINTWISE,
+    COLLECTIVES,
     FLOAT_TYPES,
     MONOTONE,
     TERNARY_POINTWISE,
     UNARY_POINTWISE,
     monotone_convert,
 )
-from .signature import Dims, Sig, prod, scale
+from ..scatter import scatter_group_factors
+from ..signature import Dims, Sig, gscale, prod, scale
+from .values import identity_of, index_select_dim, scalar_of
+
+if TYPE_CHECKING:
+    from ..graph import Graphs, Node
 
 Row = tuple[object, ...]
+Rows = dict[str, list[Row]]
+
+TABLES = (
+    "moves1", "moves1p", "bcastnew", "bcastblocks", "bcastunit", "bcastexpand", "moves2", "moves2l", "moves2r", "moves3",
+    "contracts", "reduces", "lin1", "lin2", "lin2l", "lin2r", "catmoves", "catblocks", "blockslice", "padblock", "dsmoves", "dusmoves",
+    "mergeblocks", "mergerun", "splitblocks", "ubcast", "allreduce", "allgather", "reducescatter", "alltoall", "alltoalldim",
+    "permuteall", "cpshift", "cpmirror", "revmoves", "revflips", "winmoves", "dotfree2", "moves1x2", "reduces2", "moves2x2", "bcast2",
+    "dotc2", "dotrows", "ccident", "ccmoves", "gm1", "gm2", "gm2l", "gm3", "gdot", "gbnew", "gsplit", "gmerge", "gcat",
+)  # fmt: skip
+
+
+def walk(rows: Rows, g: Graphs) -> Callable[[Node, str, Sig | None, list[Shape]], None]:
+    """The shape rows of every signature of both graphs (Tables, GroupTables)."""
+    spec = g.spec
+    tables = Tables(spec.c, rows)
+    groups = GroupTables(tables, set(group_factors(g)))
+    block_specs = _block_specs(g)
+
+    def visit(node: Node, key: str, sig: Sig | None, opnd: list[Shape]) -> None:
+        if sig is None:
+            return
+        ins, side = node.ins, node.side
+        if ins.opcode == "custom-call" and ins.parsed.get("custom_call_target") in spec.custom_calls:
+            tables.custom_call(sig, spec.custom_calls[ins.parsed["custom_call_target"]], side == "baseline")
+        if ins.opcode == "broadcast":
+            tables.unit_broadcast(sig, ins, side == "baseline")  # rules/layout.egg ubcast
+        if side == "baseline":
+            tables.baseline(sig, ins, reduce_init_identities(g, node), block_specs)
+            if groups.factors:
+                groups.baseline(sig, ins, [d for _, d in sig.ins], sig.out[1])
+        elif ins.opcode == "collective-permute":
+            tables.permute(sig, ins, spec.groups)
+        elif ins.opcode in COLLECTIVES:
+            # make_sig marks a collective over the sharding groups (graph._groups_ok) with "G".
+            tables.distributed(sig, ins, dict(sig.attrs).get("groups") == "G")
+
+    return visit
+
+
+def reduce_init_identities(g: Graphs, node: Node) -> list[str]:
+    """The reducers a reduce's init literal is an identity of (its exact value compared)."""
+    if node.ins.opcode != "reduce" or len(node.operands) != 2:
+        return []
+    init = g.nodes[node.operands[1]].ins
+    return identity_of(init, scalar_of(init))
+
+
+def group_factors(g: Graphs) -> list[int]:
+    """Group factors K (1 < K < c, dividing c) of the distributed graph's rank-indexed
+    index_selects and their backward scatters: the rank-group relation's tables are written only
+    for these (memo on g, several families read them)."""
+    got = g.memo.get("group_factors")
+    if got is None:
+        c = g.spec.c
+        got = g.memo["group_factors"] = sorted(k for k in _group_factors(g.distributed, c) if 1 < k < c and c % k == 0)
+    return got  # type: ignore[return-value]
+
+
+def _group_factors(distributed: Module, c: int) -> set[int]:
+    """K = c/n for the index_selects of n elements in the distributed graph."""
+    comp = distributed.entry
+    out = set()
+    for ins in comp.instructions:
+        if ins.opcode == "scatter":
+            # Their backward (index_add of one element, rules/scatter.egg) may sit in a segment
+            # of its own, without the index_select.
+            out |= scatter_group_factors(ins, [x.shape for x in (comp.get(o) for o in ins.operands) if x is not None], c)
+        if ins.opcode != "gather" or len(ins.operands) != 2:
+            continue
+        src, idx = (comp.get(o) for o in ins.operands)
+        if src is None or idx is None:
+            continue
+        d = index_select_dim(ins, src.shape.dims, idx.shape.dims)
+        if d is not None and src.shape.dims[d] and c % src.shape.dims[d] == 0:
+            out.add(c // src.shape.dims[d])
+    return out
+
+
+def _block_specs(g: Graphs) -> set[tuple[int, ...]]:
+    """Block specs of fused dims: the relations file's, and those made by merging a duplicate
+    dim with a sharded one (rules/partition.egg, merge-blocks): constants broadcast into them
+    need the same block spec."""
+    c = g.spec.c
+    specs = {b.relation.blocks for b in g.spec.inputs if b.relation.blocks}
+    for ins in g.baseline.entry.instructions:
+        if ins.opcode == "reshape" and ins.operands:
+            src = g.baseline.entry.get(ins.operands[0])
+            if src is not None:
+                specs.update(b for _d, _e, b in merged_blocks(tuple(src.shape.dims), tuple(ins.shape.dims), c))
+                specs.update(b for _d, _e, b in merged_run_blocks(tuple(src.shape.dims), tuple(ins.shape.dims), c))
+    return specs
 
 
 class Tables:
-    def __init__(self, c: int) -> None:
+    """Rows of one graph build, written into its ``rows`` (deduplicated when build ends)."""
+
+    def __init__(self, c: int, rows: Rows) -> None:
         self.c = c
-        self.rows: dict[str, set[Row]] = defaultdict(set)
+        self.rows = rows
         # broadcast signatures seen per side (True: baseline), paired by unit_broadcast
         self.bcasts: dict[bool, dict[str, tuple[Sig, list[int]]]] = {True: {}, False: {}}
 
     def add(self, table: str, *row: object) -> None:
-        self.rows[table].add(row)
+        self.rows[table].append(row)
 
     # -- baseline signatures -------------------------------------------------------------------
     def baseline(self, sig: Sig, ins: Instruction, init_identities: Iterable[str] = (), block_specs: Iterable[tuple[int, ...]] = ()) -> None:
@@ -779,21 +881,6 @@ def unit_block_broadcast(src: Dims, out: Dims, dims: list[int], c: int) -> int |
         elif n != 1:
             return None
     return sharded[0] if len(sharded) == 1 else None
-
-
-def gscale(dims: Dims, d: int, k: int, e: int, c: int) -> Dims | None:
-    """The per-rank shape of a rank-group relation grp(d, K, e): dims[d] divided by q = c/K,
-    dims[e] (e >= 0) by K; None when they do not divide."""
-    q = c // k
-    if not 0 <= d < len(dims) or dims[d] % q or dims[d] < q or e == d or e >= len(dims):
-        return None
-    out = list(dims)
-    out[d] //= q
-    if e >= 0:
-        if dims[e] % k or dims[e] < k:
-            return None
-        out[e] //= k
-    return tuple(out)
 
 
 class GroupTables:
