@@ -7,8 +7,8 @@ plain case is replaced (reduction='mean', no class weights); every other call go
 
 The correct computation, for log-probabilities x' (rank r holds vocabulary block
 [r·w, r·w + w)) and labels t identical on every rank:
-  safe = t where t != ignore_index else 0;  m' = safe outside the block;
-  pick' = x'[i, safe - r·w] where not m', 0 where m';  q = all-reduce(add, pick');
+  safe = t where t != ignore_index else 0;  s' = safe - r·w;  m' = (s' < 0) | (s' >= w);
+  pick' = x'[i, s'] where not m', 0 where m';  q = all-reduce(add, pick');
   loss = sum_i(-q[i] where t[i] != ignore_index) / count(t != ignore_index).
 
 ``label_offset_next_shard``: the labels are shifted by the next rank's offset ((r + 1)·w), so
@@ -41,19 +41,18 @@ def _forward(variant: str) -> Any:
         c, r = mesh.size(mesh_dim), mesh.get_local_rank(mesh_dim)
         w = input_shape[1] // c
         kept = target != ignore_index
-        safe = torch.where(kept, target, 0)
-        lo = r * w
+        safe = torch.where(kept, target, 0).unsqueeze(1)
+        local = safe - r * w
         if variant == "label_offset_next_shard":
-            lo = (r + 1) * w  # BUG-SITE: label_offset_next_shard
-        outside = (safe < lo) | (safe >= lo + w)
-        local = torch.where(outside, 0, safe - lo)
-        pick = torch.where(outside, 0.0, x.gather(1, local.unsqueeze(1)).squeeze(1))
+            local = safe - (r + 1) * w  # BUG-SITE: label_offset_next_shard
+        outside = (local < 0) | (local >= w)
+        pick = torch.where(outside, 0.0, x.gather(1, torch.where(outside, 0, local)))
         if variant != "picks_not_reduced":
             pick = funcol.all_reduce(pick, "sum", (mesh, mesh_dim))  # BUG-SITE: picks_not_reduced
-        loss = torch.where(kept, -pick, 0.0)
+        loss = torch.where(kept, -pick.squeeze(1), 0.0)
         total = kept.sum().to(x)
         if variant == "local_count":
-            total = (kept & ~outside).sum().to(x)  # BUG-SITE: local_count
+            total = (kept & ~outside.squeeze(1)).sum().to(x)  # BUG-SITE: local_count
         return loss.sum() / total, total
 
     return nll_loss_forward
@@ -62,3 +61,19 @@ def _forward(variant: str) -> Any:
 def apply(variant: str | None) -> None:
     if variant in VARIANTS:
         dt_loss._nll_loss_forward = _forward(variant)
+
+
+def titan_llama3(ctx: Any) -> Any:
+    """torchtitan's Llama 3 with loss_parallel (titan_models.llama3), with the variant's
+    regression patched in before each rank's build."""
+    import titan_models
+
+    model = titan_models.llama3(ctx)
+    build = model.distributed
+
+    def distributed(rank: Any) -> Any:
+        apply(ctx.variant)
+        return build(rank)
+
+    model.distributed = distributed
+    return model

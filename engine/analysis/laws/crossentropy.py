@@ -15,6 +15,14 @@ stated for (anything else gets no row, so a rule cannot fire on it):
 ``xcolbc(k)``         broadcast k of a 1-D [v] into [n, v] along dim 1 (dimensions={1})
 ``xrowbc(k)``         broadcast k of a 1-D [n] into [n, v] along dim 0 (dimensions={0})
 ``xrowsum(k, v)``     reduce k with the reducer add over dim 1 of [n, v] to [n]
+``xsum2(k, n, v, top, kind)``  reduce k with the reducer add over both dims {0, 1} of [n, v] to a
+                      scalar (nll_loss's weighted sum and its weight total)
+``xsumall(k, n, top, kind)``   reduce k with the reducer add over every dim of an operand of n
+                      elements to a scalar (a sum of the picks, a count of the kept labels)
+
+In xsum2 and xsumall, kind is "int" or "float" (the result's element type) and top the largest
+integer the result type holds exactly: 2^(significand bits) for floats (every integer of
+magnitude <= top is exact there), the type's maximum for ints (capped at 2^62).
 
 Side conditions (audit, issue 23): the rows are shape facts (every dtype); the value laws they
 feed take ranges from rpos (exact iotas only, graph.iota_exact) and inrange (declared ranges
@@ -26,7 +34,29 @@ from __future__ import annotations
 from ...ir import Instruction, Shape
 from ..signature import Sig
 
-XENT_TABLES = ("xpickg", "xcat2", "xsqz", "xcolbc", "xrowbc", "xrowsum", "xreshape")
+XENT_TABLES = ("xpickg", "xcat2", "xsqz", "xcolbc", "xrowbc", "xrowsum", "xreshape", "xsum2", "xsumall")
+
+# Significand bits of the float types and width of the int types (every integer of magnitude
+# <= 2^p is exact in a float of p significand bits).
+_FLOAT_P = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
+_INT_BITS = {"s8": 8, "s16": 16, "s32": 32, "s64": 64, "u8": 8, "u16": 16, "u32": 32, "u64": 64}
+
+
+def _exact_top(dtype: str) -> tuple[int, str] | None:
+    """The largest integer a dtype holds exactly, and its kind; None for other types."""
+    if dtype in _FLOAT_P:
+        return 1 << _FLOAT_P[dtype], "float"
+    if dtype in _INT_BITS:
+        bits = _INT_BITS[dtype] - (1 if dtype.startswith("s") else 0)
+        return (1 << min(bits, 62)) - 1, "int"
+    return None
+
+
+def _numel(dims: tuple[int, ...]) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
 
 
 def xent_rows(rows: dict[str, list[tuple[object, ...]]], side: str, sig: Sig, ins: Instruction, opnd: list[Shape]) -> None:
@@ -69,3 +99,11 @@ def xent_rows(rows: dict[str, list[tuple[object, ...]]], side: str, sig: Sig, in
     elif (op == "reduce" and len(opnd) == 2 and len(opnd[0].dims) == 2 and list(p.get("dimensions", [])) == [1]
           and p.get("reducer") == "add" and out == (opnd[0].dims[0],) and opnd[1].dims == ()):
         rows["xrowsum"].append((key, opnd[0].dims[1]))
+    if (op == "reduce" and len(opnd) == 2 and out == () and opnd[1].dims == () and p.get("reducer") == "add"
+            and sorted(p.get("dimensions", [])) == list(range(len(opnd[0].dims)))):
+        top = _exact_top(ins.shape.dtype)
+        src = tuple(opnd[0].dims)
+        if top is not None:
+            rows["xsumall"].append((key, _numel(src), *top))
+            if len(src) == 2:
+                rows["xsum2"].append((key, src[0], src[1], *top))
