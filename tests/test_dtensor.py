@@ -3,7 +3,7 @@
 The placement -> relation logic is tested without torch. End to end, one run builds a few
 models of examples/dtensor (one worker: one import of torch-xla) - a "cuda" mesh, sequence
 parallelism (DTensor's reduce-scatter along the sequence dim), a bug patched into
-RowwiseParallel - and the bad inputs of a DTensor model: a placement that does not divide a dim,
+RowwiseParallel, a style swap on a fused projection that builds - and the bad inputs of a DTensor model: a placement that does not divide a dim,
 a mesh larger than the world, a plan entry naming no module, an "xla" mesh.
 """
 
@@ -126,6 +126,12 @@ models:
   - name: input_declared_sharded
     entry: models:mlp
     size: {{input_shard: 1}}
+  - name: fused_mlp_tp4
+    entry: models:fused_mlp
+  - name: bug_fused_colwise
+    entry: models:fused_mlp
+    variant: fused_colwise
+    expect: diverged
 """
 
 
@@ -165,6 +171,20 @@ def test_dropped_reduction_is_diverged_at_the_patched_hook(report: tuple[dict[st
     lines = (ROOT / "examples" / "dtensor" / "models.py").read_text().splitlines()
     residual = next(i for i, text in enumerate(lines, 1) if "h = x + self.attention(self.attention_norm(x))" in text)
     assert (source["file"], source["line"]) == ("examples/dtensor/models.py", residual), source
+
+
+def test_a_style_swap_that_builds_is_diverged_and_its_correct_plan_verified(report: tuple[dict[str, Any], Path]) -> None:
+    """Llama's Colwise/Rowwise pair on a fused gate/up projection builds (every shape fits) and
+    pairs gate rows with gate rows on each rank; gathering before the chunk verifies."""
+    correct = _entry(report[0], "fused_mlp_tp4")
+    assert correct["status"] == "verified", correct.get("result", {}).get("reason")
+    model = _entry(report[0], "bug_fused_colwise")
+    result = model["result"]
+    assert model["status"] == "diverged" and result["witness"]["status"] == "confirmed", result["reason"]
+    lines = (ROOT / "examples" / "dtensor" / "models.py").read_text().splitlines()
+    use = next(i for i, text in enumerate(lines, 1) if "return self.w2(F.silu(gate) * up)" in text)
+    source = result["divergences"][0]["source"]
+    assert (source["file"], source["line"]) == ("examples/dtensor/models.py", use), source
 
 
 @pytest.mark.parametrize(

@@ -63,6 +63,20 @@ class SwiGLU(nn.Module):
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 
+class FusedSwiGLU(nn.Module):
+    """Llama's feed-forward with w1 and w3 fused into one projection, as Phi-3 and ChatGLM
+    write it: the projection's output is cut in two halves, gate and up."""
+
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.w13 = nn.Linear(dim, 2 * hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.w13(x).chunk(2, dim=-1)
+        return self.w2(F.silu(gate) * up)
+
+
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     a, b = x.chunk(2, dim=-1)
     return torch.cat((-b, a), dim=-1)
@@ -191,6 +205,27 @@ def mlp(ctx: BuildContext) -> Model:
         return parallelize_module(MLP(dim, hidden), mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
 
     return Model(baseline=MLP(dim, hidden), distributed=distributed, inputs=[Input("x", (2, 8, dim), shard=input_shard)])
+
+
+def fused_mlp(ctx: BuildContext) -> Model:
+    """The fused feed-forward, whose gate and up halves must be cut from the whole projection.
+    Correct plans gather w13's output first: w2 column-parallel on the replicated product,
+    gathered again, or (``split_input``, the plan transformers writes for Phi-3's gate_up_proj:
+    "colwise_gather_output" / "rowwise_split_input") w2 row-parallel on its piece of the product.
+    The bug variant copies Llama's plan (plain ColwiseParallel, as for w1 and w3, then
+    RowwiseParallel) onto the fused projection: it builds, and each rank cuts its own shard of
+    [gate; up] in two, multiplying gate rows with gate rows (or up rows with up rows)."""
+    dim, hidden = ctx.knob("dim", 32), ctx.knob("hidden", 64)
+    split_input = ctx.knob("split_input", False)
+
+    def distributed(rank: int) -> nn.Module:
+        w2 = RowwiseParallel(input_layouts=Replicate()) if split_input else ColwiseParallel(output_layouts=Replicate())
+        plan = {"w13": ColwiseParallel(output_layouts=Replicate()), "w2": w2}
+        if ctx.variant == "fused_colwise":
+            plan = {"w13": ColwiseParallel(), "w2": RowwiseParallel()}  # BUG-SITE: fused_colwise
+        return parallelize_module(FusedSwiGLU(dim, hidden), mesh_1d(ctx), plan)
+
+    return Model(baseline=FusedSwiGLU(dim, hidden), distributed=distributed, inputs=[Input("x", (2, 8, dim))])
 
 
 def mlp_2d(ctx: BuildContext) -> Model:
