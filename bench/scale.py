@@ -78,6 +78,20 @@ TRAIN_8B = dict(LLAMA_8B)
 TRAIN_SHAPE = {"seq": 16, "batch": 2}  # the sequence is split over TP ranks (sequence parallel)
 # TrainVerify (SOSP 2025): Llama-3-405B training verification on 32 vCPUs, seconds.
 TRAINVERIFY_405B = 28786
+# TrainVerify's pipeline-parallel plans, t_total in seconds (its artifact's final figures:
+# microsoft/nnscaler, Verdict/data/4_stats_large_final.csv; the artifact guide runs them with 30
+# workers on >= 32 vCPUs): (model, layers, DP, PP, TP, microbatches, seconds).
+TRAINVERIFY_PP = (
+    ("Llama-3-405B", 126, 64, 16, 8, 16, 28786),
+    ("Llama-3-70B", 80, 16, 4, 8, 32, 8532),
+    ("DeepSeek-V3-671B", 61, 32, 8, 8, 16, 32371),
+)
+# Pipeline rows (examples/pipeline/llama_pp.py): tplm's decoder stack and final norm at 405B
+# shape, 8 stages of 16/16/16/16/16/16/15/15 layers, each stage TP 8, composed along the 7
+# transfers; the same stack at TP 8 without a pipeline is its reference (target: within 2x).
+PIPE = "pipeline.llama_pp:decoder_pipeline"
+PIPE_TP = "pipeline.llama_pp:decoder_tp"
+DECODER_405B = dict(LLAMA_405B)
 
 
 @dataclass
@@ -125,6 +139,9 @@ PAIRS = [
     # unit-free shape on the rank (rules/layout.egg, unit-reshape-broadcast).
     Pair("train_405b_tp8", "405B-shaped train step", LLAMA_405B, 8, TRAINVERIFY_405B, entry=TRAIN, shape=TRAIN_SHAPE),
     Pair("train_405b_tp32", "405B-shaped train step", LLAMA_405B, 32, TRAINVERIFY_405B, entry=TRAIN, shape={"seq": 32, "batch": 2}),
+    # Pipeline rows (engineer G): PP 8 x TP 8 forward of the 405B decoder stack, and its TP 8 reference.
+    Pair("decoder_405b_pp8_tp8", "405B decoder stack, PP 8 x TP 8", {**DECODER_405B, "pp": 8}, 8, entry=PIPE),
+    Pair("decoder_405b_tp8", "405B decoder stack, TP 8", DECODER_405B, 8, entry=PIPE_TP),
 ]  # fmt: skip
 
 
@@ -401,6 +418,12 @@ def report(
     # A bug run costs at most 1.5x its verified twin: the folded run's divergence is witnessed
     # (no unfolded run), and the witness refuses a pair above its budget before shipping it.
     ratio("time(405B TP8 bug in layer 117)/time(405B TP8 verified)", "llama3.1_405b_tp8_bug117", "llama3.1_405b_tp8", 1.5)
+    ratio("time(405B decoder PP8 x TP8)/time(405B decoder TP8)", "decoder_405b_pp8_tp8", "decoder_405b_tp8", 2.0)
+    ratio("time(405B decoder PP8 x TP8)/time(405B TP8 whole model)", "decoder_405b_pp8_tp8", "llama3.1_405b_tp8", None)
+    if t("decoder_405b_pp8_tp8") is not None:
+        ours = t("decoder_405b_pp8_tp8")
+        for model, layers, dp, pp, tp, nm, secs in TRAINVERIFY_PP:
+            print(f"  (info) TrainVerify {model} ({layers} layers) DP {dp} x PP {pp} x TP {tp}, {nm} microbatches, training plan: {secs:,} s; decoder_405b_pp8_tp8 (forward, 1 microbatch): {ours:.1f} s")
     for name in ("train_405b_tp8", "train_405b_tp32"):
         # A verified pair does no localization work (the relation trace is timed apart).
         m = measured.get(name)
