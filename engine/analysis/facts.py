@@ -37,7 +37,7 @@ def _mask(m: object) -> str:
 
 
 def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
-    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "gpart", "inrange", "argpair", "argix", "extof", "gext", "gix", "athas", "argcand", "rot", "lrot", "rterm", "rsum", "scof", "pad", "rot2", "rred", "pexp", "osum"])
+    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "gpart", "inrange", "argpair", "argix", "extof", "gext", "gix", "athas", "argcand", "rot", "lrot", "rterm", "rsum", "scof", "pad", "rot2", "rred", "pexp", "osum", "fsdppiece"])
     cls_of_value: dict[object, int] = {}
     classes: dict[int, int] = {}
     members: dict[int, list[int]] = {}
@@ -180,6 +180,10 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
     for name in ("shifted", "below0", "abovew", "outside", "clamped", "vgather", "vmask"):
         for ids, xp, w in tables[name]:
             add(ids, xp, f"{name}(w={w})")
+    # A layer's slice of an FSDP-split input (rules/fsdpslice.egg): a piece of the weight its
+    # all-gather restores, related for localization only.
+    for (xp,) in tables["fsdppiece"]:
+        add_dist_only(xp, "one layer's slice of an FSDP-split input (its all-gather restores the layer)", "fsdpslice/piece")
     bijections.sort(key=lambda b: (str(b["distributed"]), str(b["baseline"])))
     return Facts(by_dist, classes, members, bijections)
 

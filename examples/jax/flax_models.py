@@ -344,5 +344,35 @@ def linen_fsdp_scan_decoder(ctx: JaxContext) -> JaxModel:
     variables = jax.eval_shape(module.init, jax.random.key(0), _f32(b, s, h * hd))
     x = JaxInput("x", (b, s, h * hd), spec=("batch", None, None))
     rules = (("batch", "data"), ("embed", "data"), ("mlp", "model"), ("heads", "model"), ("layers", None), ("seq", None))
-    return JaxModel(module.apply, module.apply, mesh, [variables, x], outputs=[("batch", None, None)], rules=rules, group_axes=("model",), gspmd=True,
-                    description=f"flax linen decoder, nn.scan over {n} blocks, FSDP over data 2 x TP 2, GSPMD")
+    bug = ctx.variant
+    if bug is None:
+        return JaxModel(module.apply, module.apply, mesh, [variables, x], outputs=[("batch", None, None)], rules=rules, group_axes=("model",), gspmd=True,
+                        description=f"flax linen decoder, nn.scan over {n} blocks, FSDP over data 2 x TP 2, GSPMD")
+    specs = _mesh_specs(variables, rules)
+
+    class TpBlock(nn.Module):
+        """The block per device on whole (gathered) layer weights: local heads and ffn."""
+
+        @nn.compact
+        def __call__(self, x: Any, _: Any) -> tuple[Any, None]:
+            x = x + jax.lax.psum(Attention(h // 2, hd, name="attn")(RmsNorm(name="norm1")(x)), "model")
+            return x + jax.lax.psum(Mlp(f // 2, name="mlp")(RmsNorm(name="norm2")(x)), "model"), None
+
+    def gather(path: Any, w: Any, spec: Any) -> Any:
+        """One layer's slice of a stacked weight, gathered whole over 'data' (FSDP) along the
+        dim the rules put on 'data' (one less: scan took the layers dim)."""
+        if "data" not in tuple(spec):
+            return w
+        up = "up" in jax.tree_util.keystr(path)
+        return jax.lax.all_gather(w, "model" if bug == "fsdp_scan_gather_over_model" and up else "data", axis=tuple(spec).index("data") - 1, tiled=True)  # BUG-SITE: fsdp_scan_gather_over_model
+
+    def per_device(v: Any, xs: Any) -> Any:
+        def layer(carry: Any, p: Any) -> Any:
+            whole = jax.tree_util.tree_map_with_path(gather, p, specs["params"]["blocks"], is_leaf=lambda t: isinstance(t, P))
+            return TpBlock().apply({"params": whole}, carry, None)
+
+        return jax.lax.scan(layer, xs, nn.meta.unbox(v["params"]["blocks"]))[0]
+
+    dist = shard_map(per_device, mesh=mesh, in_specs=(specs, P("data")), out_specs=P("data"), check_vma=False)
+    return JaxModel(module.apply, dist, mesh, [variables, x], outputs=[("batch", None, None)], rules=rules, group_axes=("model",),
+                    description=f"the scanned flax decoder per device in shard_map: each layer's weights gathered over data, TP 2, {n} layers")

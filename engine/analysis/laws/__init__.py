@@ -50,6 +50,7 @@ from . import (
     core,
     crossentropy,
     expertlist,
+    fsdpslice,
     gathercat,
     layout,
     microbatch,
@@ -129,6 +130,7 @@ FAMILIES: list[Family] = [
     Family("microbatch", "microbatch.egg", microbatch.TABLES, graph_rows=microbatch.graph_rows),
     Family("clampgather", "clampgather.egg", clampgather.TABLES, graph_rows=clampgather.graph_rows),
     Family("ringrun", "ringrun.egg", ringrun.TABLES),
+    Family("fsdpslice", "fsdpslice.egg", fsdpslice.TABLES, graph_rows=fsdpslice.graph_rows),
     Family("expertlist", "expertlist.egg", expertlist.TABLES, graph_rows=expertlist.graph_rows),
     Family("modgroup", "modgroup.egg", modgroup.TABLES, graph_rows=modgroup.graph_rows),
 ]
