@@ -132,18 +132,27 @@ SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 
 def manual_train(ctx: BuildContext) -> Pipeline:
     """A training step: each rank one stage (``schedule``: gpipe or 1f1b), MSE loss per
-    microbatch; the schedule scales the accumulated gradients by 1/M (``scale_grads``)."""
+    microbatch. ``scaling: grads`` (torch's default): the schedule divides the accumulated
+    gradients by M (``scale_grads``); ``scaling: loss`` (torchtitan's way): each microbatch's
+    loss is divided by M (``rescale_accumulated_loss``) and ``scale_grads=False``."""
     hidden, layers, pp = ctx.knob("hidden", 16), ctx.knob("layers", 4), ctx.knob("pp", 2)
     m, batch, kind = ctx.knob("microbatches", 2), ctx.knob("batch", 8), str(ctx.knob("schedule", "1f1b"))
+    by_loss = str(ctx.knob("scaling", "grads")) == "loss"
     variant = ctx.variant or ""
+
+    def rescaled(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        loss = mse(output, target)
+        if variant == "loss_not_scaled":
+            return loss  # BUG-SITE: loss_not_scaled (the microbatch loss is not divided by M)
+        return loss / m
 
     def stage(rank: int) -> nn.Module:
         module = stage_module(hidden, layers, rank, pp, variant)
 
         def run(x: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, ...]:
             pipeline_stage = PipelineStage(module, rank, pp, x.device)
-            scale = variant != "grads_not_scaled"  # BUG-SITE: grads_not_scaled (mean loss per microbatch, gradients summed over microbatches)
-            schedule = SCHEDULES[kind](pipeline_stage, n_microbatches=m, loss_fn=mse, scale_grads=scale)
+            scale = not by_loss and variant != "grads_not_scaled"  # BUG-SITE: grads_not_scaled (mean loss per microbatch, gradients summed over microbatches)
+            schedule = SCHEDULES[kind](pipeline_stage, n_microbatches=m, loss_fn=rescaled if by_loss else mse, scale_grads=scale)
             losses: list[torch.Tensor] = []
             if rank == 0:
                 schedule.step(x)
@@ -152,7 +161,9 @@ def manual_train(ctx: BuildContext) -> Pipeline:
             else:
                 schedule.step()
             grads = tuple(p.grad for p in module.parameters())
-            return (*grads, torch.stack(losses).mean()) if losses else grads
+            if not losses:
+                return grads
+            return (*grads, sum(losses[1:], losses[0]) if by_loss else torch.stack(losses).mean())
 
         return rank_program([module], run)
 
@@ -192,7 +203,8 @@ def interleaved_train(ctx: BuildContext) -> Pipeline:
 
         def run(x: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, ...]:
             held = [PipelineStage(module, s, stages, x.device) for module, s in zip(modules, range(rank, stages, pp), strict=True)]
-            schedule = ScheduleInterleaved1F1B(held, n_microbatches=m, loss_fn=mse)
+            # torchtitan's way: each microbatch's loss divided by M, gradients summed as they are.
+            schedule = ScheduleInterleaved1F1B(held, n_microbatches=m, loss_fn=lambda out, target: mse(out, target) / m, scale_grads=False)
             losses: list[torch.Tensor] = []
             if rank == 0:
                 schedule.step(x)
@@ -201,7 +213,7 @@ def interleaved_train(ctx: BuildContext) -> Pipeline:
             else:
                 schedule.step()
             grads = tuple(p.grad for module in modules for p in module.parameters())
-            return (*grads, torch.stack(losses).mean()) if losses else grads
+            return (*grads, sum(losses[1:], losses[0])) if losses else grads
 
         return rank_program(modules, run)
 
