@@ -1008,6 +1008,63 @@ def expertlist(rng: random.Random) -> Program:
     return Program("expertlist", form, "".join(base), "".join(dist), rel)
 
 
+# ---- FSDP inside a scan: a layer's slice gathered inside the loop (rules/fsdpslice.egg) -------------
+
+
+def fsdpslice(rng: random.Random) -> Program:
+    """A stacked weight P [L, 8, 6] bound ``gathered`` (split over the other mesh axis as well and
+    gathered whole inside the program): the rank slices one layer (dynamic-slice at a start from
+    literals), squeezes it, and all-gathers the slice over the gathered groups; the baseline
+    slices the same layer of P. Drawn: the element type (narrow, unsigned, float), the binding
+    (sharded along 2 and gathered along 1, sharded along 1 and gathered along 2, duplicate
+    gathered along 1), an extra unit dim, and the side conditions: the layer start off by one or
+    computed from the rank, the all-gather over the sharding groups or with a gathered group's
+    devices in reverse order."""
+    groups, gathered = rng.choice([([[0, 1], [2, 3]], [[0, 2], [1, 3]]), ([[0, 2], [1, 3]], [[0, 1], [2, 3]])])
+    t = rng.choice(["f32", "s8", "u16", "bf16", "s32"])
+    layers = 3
+    li = rng.randrange(layers)
+    kind = rng.choice(["s2g1", "s1g2", "dg1"])
+    unit = rng.random() < 0.3
+    start = rng.choice(["same"] * 6 + ["off", "rank"])
+    ag_groups = rng.choice([gathered] * 6 + [groups, [list(reversed(x)) for x in gathered]])
+    local = {"s2g1": (4, 3), "s1g2": (4, 3), "dg1": (4, 6)}[kind]
+    gdim = 1 if kind in ("s2g1", "dg1") else 2  # in P
+    full_out = [8, 6]
+    sq = list(local)
+    agd = gdim - 1
+    gathered_out = list(sq)
+    gathered_out[agd] *= 2
+    if unit:
+        sq, gathered_out, full_out = [sq[0], 1, sq[1]], [gathered_out[0], 1, gathered_out[1]], [8, 1, 6]
+        agd = 0 if agd == 0 else 2
+
+    def text(dims: list[int]) -> str:
+        return f"{t}[{','.join(map(str, dims))}]"
+
+    base = (f"HloModule fs_base\n\nENTRY %main (p: {t}[{layers},8,6]) -> {text(full_out)} {{\n  %p = {t}[{layers},8,6] parameter(0)\n"
+            f"  %i = s32[] constant({li})\n  %z = s32[] constant(0)\n"
+            f"  %ds = {t}[1,8,6] dynamic-slice({t}[{layers},8,6] %p, s32[] %i, s32[] %z, s32[] %z), dynamic_slice_sizes={{1,8,6}}\n"
+            f"  ROOT %out = {text(full_out)} reshape({t}[1,8,6] %ds)\n}}\n")
+    di = {"same": f"  %i = s32[] constant({li})\n", "off": f"  %i = s32[] constant({(li + 1) % layers})\n",
+          "rank": f"  %l = s32[] constant({li})\n  %i = s32[] add(s32[] %l, s32[] %r)\n"}[start]
+    dist = (f"HloModule fs_dist\n\nENTRY %main (p: {t}[{layers},{local[0]},{local[1]}], r: s32[]) -> {text(gathered_out)} {{\n"
+            f"  %p = {t}[{layers},{local[0]},{local[1]}] parameter(0)\n  %r = s32[] parameter(1)\n" + di + "  %z = s32[] constant(0)\n"
+            f"  %ds = {t}[1,{local[0]},{local[1]}] dynamic-slice({t}[{layers},{local[0]},{local[1]}] %p, s32[] %i, s32[] %z, s32[] %z), dynamic_slice_sizes={{1,{local[0]},{local[1]}}}\n"
+            f"  %sq = {text(sq)} reshape({t}[1,{local[0]},{local[1]}] %ds)\n  %cp = {text(sq)} copy({text(sq)} %sq)\n"
+            f"  ROOT %ag = {text(gathered_out)} all-gather({text(sq)} %cp), channel_id=1, replica_groups={_groups_text(ag_groups)}, dimensions={{{agd}}}, use_global_device_ids=true\n}}\n")
+    pin: dict[str, Any] = {"baseline": 0, "distributed": 0, "gathered": {"dim": gdim, "groups": gathered}}
+    if kind == "dg1":
+        pin["relation"] = "duplicate"
+        out: dict[str, Any] = {"baseline": 0, "distributed": 0, "relation": "duplicate"}
+    else:
+        pin.update(relation="sharded", dim=2 if kind == "s2g1" else 1)
+        sd = 1 if kind == "s2g1" else 0
+        out = {"baseline": 0, "distributed": 0, "relation": "sharded", "dim": (2 if unit and sd == 1 else sd)}
+    rel = {"groups": groups, "inputs": [pin, {"distributed": 1, "relation": "rank"}], "outputs": [out]}
+    form = f"P {t}, {kind}, layer {li}, start {start}, {'extra unit dim, ' if unit else ''}all-gather over {ag_groups} (groups {groups}, gathered {gathered})"
+    return Program("fsdpslice", form, base, dist, rel)
+
 FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "rankpos": rankpos,
     "argreduce": argreduce,
@@ -1022,6 +1079,7 @@ FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "microbatch": microbatch,
     "clampgather": clampgather,
     "ringrun": ringrun,
+    "fsdpslice": fsdpslice,
     "expertlist": expertlist,
     "modgroup": modgroup,
 }
@@ -1038,90 +1096,9 @@ def generate(family: str, count: int, seed: int) -> list[Program]:
         p = FAMILIES[family](rng)
         if len(p.relations["groups"]) > 1 and rng.random() < 0.7:
             for entry in p.relations["inputs"]:
-                if "baseline" in entry:
+                # (a gathered input holds one value across its gathered groups: never per group)
+                if "baseline" in entry and "gathered" not in entry:
                     entry["per_group_data"] = True
             p.form += ", per-group data"
         out.append(p)
     return out
-
-
-# ---- reductions over microbatch blocks (rules/microbatch.egg: mbp / mbacc) ----------------------
-
-
-def mbreduce(rng: random.Random) -> Program:
-    """The loss and the weight gradient of a batch cut into n microbatches (literal slices of a
-    duplicate along d): each block reduced (a reduce(add) over dims containing d, a mean: the
-    block's sum divided by its size and then by n, or a dot contracting d with a second input
-    cut the same way), the blocks' results summed in a drawn order. Drawn: the element type
-    (narrow, unsigned, float), n, the block size, d, the form, the order of the adds, and the
-    side conditions: a block left out, one block counted twice, the mean not divided by n,
-    a reduce started from one, a slice off by one, one block cut along the other dim."""
-    groups = _layout(rng)
-    form = rng.choice(["reduce", "mean", "dot"])
-    t = rng.choice(["f32", "bf16"]) if form == "mean" else rng.choice(["f32", "bf16", "s32", "s8", "u16"])
-    n, b, h = rng.choice([2, 3, 4]), rng.choice([1, 2]), rng.choice([2, 3])
-    d = rng.choice([0, 1]) if form != "dot" else 0
-    o = 1 - d
-    dims = [n * b, h] if d == 0 else [h, n * b]
-    defect = rng.choice(["none"] * 6 + ["missing", "twice", "unscaled", "init", "offset", "otherdim"])
-    if defect == "unscaled" and form != "mean":
-        defect = "none"
-    if defect == "otherdim" and (form == "dot" or dims[o] % n or dims[o] // n != b or dims[o] != dims[d]):
-        defect = "none"  # another dim cut into the same block shape: only for square operands
-    order = list(range(n))
-    rng.shuffle(order)
-    if defect == "missing":
-        order = order[:-1]
-    if defect == "twice":
-        order[-1] = order[0]
-
-    def text(dd: list[int]) -> str:
-        return f"{t}[{','.join(map(str, dd))}]"
-
-    out = f"{t}[{h},{h}]" if form == "dot" else f"{t}[]"
-    head = [f"  %x = {text(dims)} parameter(0)", f"  %y = {text(dims)} parameter(1)", f"  %zero = {t}[] constant(0)"]
-    params = f"x: {text(dims)}, y: {text(dims)}"
-    sq = f"  %sq = {text(dims)} multiply({text(dims)} %x, {text(dims)} %y)"
-    if form == "dot":
-        bl = [f"  %r = {out} dot({text(dims)} %x, {text(dims)} %y), lhs_contracting_dims={{0}}, rhs_contracting_dims={{0}}"]
-    else:
-        bl = [sq, f"  %r = {t}[] reduce({text(dims)} %sq, {t}[] %zero), dimensions={{0,1}}, to_apply=%sum"]
-        if form == "mean":
-            bl += [f"  %cnt = {t}[] constant({n * b * h})", f"  %r2 = {t}[] divide({t}[] %r, {t}[] %cnt)"]
-    last = "r2" if form == "mean" else "r"
-    base = f"HloModule mbr_base\n\n{_reducer('sum', 'add', t)}\nENTRY %main ({params}) -> {out} {{\n" + "\n".join([*head, *bl]) + f"\n  ROOT %out = {out} copy({out} %{last})\n}}\n"
-    dl = list(head)
-    if defect == "init":
-        dl.append(f"  %one = {t}[] constant(1)")
-    parts = []
-    for i, e in enumerate(order):
-        cut = o if defect == "otherdim" and i == 0 else d
-        start = e * b + (1 if defect == "offset" and i == 0 and e < n - 1 else 0)
-        sl = ", ".join(f"[{start}:{start + b}]" if k == cut else f"[0:{dims[k]}]" for k in range(2))
-        blk = [b, h] if cut == 0 else [h, b]
-        dl += [f"  %x{i} = {text(blk)} slice({text(dims)} %x), slice={{{sl}}}", f"  %y{i} = {text(blk)} slice({text(dims)} %y), slice={{{sl}}}"]
-        if form == "dot":
-            dl.append(f"  %p{i} = {out} dot({text(blk)} %x{i}, {text(blk)} %y{i}), lhs_contracting_dims={{0}}, rhs_contracting_dims={{0}}")
-        else:
-            init = "one" if defect == "init" and i == 0 else "zero"
-            dl += [f"  %s{i}q = {text(blk)} multiply({text(blk)} %x{i}, {text(blk)} %y{i})",
-                   f"  %p{i} = {t}[] reduce({text(blk)} %s{i}q, {t}[] %{init}), dimensions={{0,1}}, to_apply=%sum"]
-            if form == "mean":
-                dl += [f"  %c{i} = {t}[] constant({b * h})", f"  %m{i} = {t}[] divide({t}[] %p{i}, {t}[] %c{i})"]
-                if defect != "unscaled":
-                    dl += [f"  %n{i} = {t}[] constant({n})", f"  %l{i} = {t}[] divide({t}[] %m{i}, {t}[] %n{i})"]
-                parts.append(f"m{i}" if defect == "unscaled" else f"l{i}")
-                continue
-        parts.append(f"p{i}")
-    acc = parts[0]
-    for i, p in enumerate(parts[1:]):
-        dl.append(f"  %acc{i} = {out} add({out} %{acc}, {out} %{p})")
-        acc = f"acc{i}"
-    dist = f"HloModule mbr_dist\n\n{_reducer('sum', 'add', t)}\nENTRY %main ({params}) -> {out} {{\n" + "\n".join(dl) + f"\n  ROOT %out = {out} copy({out} %{acc})\n}}\n"
-    rel = {"groups": groups, "inputs": [{"baseline": i, "distributed": i, "relation": "duplicate"} for i in range(2)],
-           "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
-    desc = f"{form} of {t}{dims} over {n} blocks of {b} along {d}, adds in order {order}, defect {defect}"
-    return Program("mbreduce", desc, base, dist, rel)
-
-
-FAMILIES["mbreduce"] = mbreduce
