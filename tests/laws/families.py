@@ -928,6 +928,69 @@ def modgroup(rng: random.Random) -> Program:
 # ---- experts as a list per rank (rules/expertlist.egg) ----------------------------------------------
 
 
+def _expert_select(rng: random.Random) -> Program:
+    """A loop over the rank's local experts (MoE top-1 written with a rank index): on rank r,
+    local expert j's weight row meets the tokens where the router chose expert r*n + j (the
+    index computed from the rank input), the terms are added to a running sum from zero and
+    all-reduced; the baseline loops over all E experts. Drawn: element types (narrow, unsigned,
+    float), the index type, n, the op, the groups, and the side conditions: the index off by
+    one, strided (r + j*c), the running sum started from one, the weights in reverse, the
+    all-reduce missing or over other groups."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    n = rng.choice([1, 2, 3])
+    e_all = c * n
+    t = rng.choice(["f32", "bf16", "s32", "s8", "u8", "u16"])
+    it = rng.choice(["s32", "s64", "s16", "u8"])
+    op = rng.choice(["multiply", "add"])
+    rows, h = 4, 3
+    defect = rng.choice(["none"] * 4 + ["offset", "strided", "start-one", "reversed", "no-allreduce", "groups"])
+    if n == 1 and defect == "reversed":
+        defect = "none"
+    g2 = _other_groups(rng, groups) if defect == "groups" else groups
+
+    def term(pre: str, w: str, wsh: str, e: int, idx_val: str, j: int) -> str:
+        return (f"  %{pre}ws{j} = {t}[1,{h}] slice({wsh} %{w}), slice={{[{e}:{e + 1}], [0:{h}]}}\n"
+                f"  %{pre}wr{j} = {t}[{h}] reshape({t}[1,{h}] %{pre}ws{j})\n"
+                f"  %{pre}wb{j} = {t}[{rows},{h}] broadcast({t}[{h}] %{pre}wr{j}), dimensions={{1}}\n"
+                f"  %{pre}y{j} = {t}[{rows},{h}] {op}({t}[{rows},{h}] %x, {t}[{rows},{h}] %{pre}wb{j})\n"
+                f"  %{pre}ib{j} = {it}[{rows}] broadcast({it}[] {idx_val}), dimensions={{}}\n"
+                f"  %{pre}eq{j} = pred[{rows}] compare({it}[{rows}] %idx, {it}[{rows}] %{pre}ib{j}), direction=EQ\n"
+                f"  %{pre}sf{j} = {t}[{rows}] convert(pred[{rows}] %{pre}eq{j})\n"
+                f"  %{pre}sb{j} = {t}[{rows},{h}] broadcast({t}[{rows}] %{pre}sf{j}), dimensions={{0}}\n"
+                f"  %{pre}tm{j} = {t}[{rows},{h}] multiply({t}[{rows},{h}] %{pre}sb{j}, {t}[{rows},{h}] %{pre}y{j})\n"
+                f"  %{pre}acc{j + 1} = {t}[{rows},{h}] add({t}[{rows},{h}] %{pre}acc{j}, {t}[{rows},{h}] %{pre}tm{j})\n")
+
+    xsh, ish = f"{t}[{rows},{h}]", f"{it}[{rows}]"
+    wsh, wlsh = f"{t}[{e_all},{h}]", f"{t}[{n},{h}]"
+    base = [f"HloModule es_base\n\nENTRY %main (x: {xsh}, idx: {ish}, w: {wsh}) -> {xsh} {{\n  %x = {xsh} parameter(0)\n  %idx = {ish} parameter(1)\n  %w = {wsh} parameter(2)\n",
+            f"  %zero = {t}[] constant(0)\n  %bacc0 = {xsh} broadcast({t}[] %zero), dimensions={{}}\n"]
+    for e in range(e_all):
+        base.append(f"  %be{e} = {it}[] constant({e})\n")
+        base.append(term("b", "w", wsh, e, f"%be{e}", e))
+    base.append(f"  ROOT %out = {xsh} copy({xsh} %bacc{e_all})\n}}\n")
+    dist = ["HloModule es_dist\n\n" + _reducer("add", "add", t) + f"\nENTRY %main (x: {xsh}, idx: {ish}, w: {wlsh}, r: s32[]) -> {xsh} {{\n"
+            f"  %x = {xsh} parameter(0)\n  %idx = {ish} parameter(1)\n  %w = {wlsh} parameter(2)\n  %r = s32[] parameter(3)\n  %ri = {it}[] convert(s32[] %r)\n",
+            f"  %zero = {t}[] constant({1 if defect == 'start-one' else 0})\n  %dacc0 = {xsh} broadcast({t}[] %zero), dimensions={{}}\n"]
+    mul, plus = (1, c) if defect == "strided" else (n, 1)
+    dist.append(f"  %dn = {it}[] constant({mul})\n  %drn = {it}[] multiply({it}[] %ri, {it}[] %dn)\n")
+    for j in range(n):
+        off = j * plus + (1 if defect == "offset" else 0)
+        dist.append(f"  %dj{j} = {it}[] constant({off})\n  %de{j} = {it}[] add({it}[] %drn, {it}[] %dj{j})\n")
+        dist.append(term("d", "w", wlsh, n - 1 - j if defect == "reversed" else j, f"%de{j}", j))
+    if defect == "no-allreduce":
+        dist.append(f"  ROOT %out = {xsh} copy({xsh} %dacc{n})\n}}\n")
+    else:
+        dist.append(f"  ROOT %out = {xsh} all-reduce({xsh} %dacc{n}), channel_id=1, replica_groups={_groups_text(g2)}, to_apply=%add\n}}\n")
+    rel = {"groups": groups, "inputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"},
+                                        {"baseline": 1, "distributed": 1, "relation": "duplicate"},
+                                        {"baseline": 2, "distributed": 2, "relation": "sharded", "dim": 0},
+                                        {"distributed": 3, "relation": "rank"}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    form = f"select-sum {n} local experts of {e_all}, {t} {op}, index {it}, defect {defect} (groups {groups})"
+    return Program("expertlist", form, "".join(base), "".join(dist), rel)
+
+
 def expertlist(rng: random.Random) -> Program:
     """DeepSpeed's MOELayer with n local experts per rank: the dispatched tokens X [E, C] are a
     duplicate, the all-to-all along the expert dim gives rank r c copies of its experts' rows,
@@ -936,7 +999,10 @@ def expertlist(rng: random.Random) -> Program:
     concatenated and returned by an all-to-all (before or after merging [c, n] into E). Drawn:
     the element type (narrow, unsigned, float), n, the expert op, where the merge happens, the
     groups, and the side conditions: experts run in reverse order, chunks concatenated in
-    reverse, the return over other groups, the return left out, a chunk off by one."""
+    reverse, the return over other groups, the return left out, a chunk off by one. Half of
+    the draws are the other spelling, a loop over local experts selected by the rank index."""
+    if rng.random() < 0.5:
+        return _expert_select(rng)
     groups = _layout(rng)
     c = len(groups[0])
     n = rng.choice([1, 2, 3]) if c == 2 else rng.choice([1, 2])
@@ -1102,3 +1168,4 @@ def generate(family: str, count: int, seed: int) -> list[Program]:
             p.form += ", per-group data"
         out.append(p)
     return out
+

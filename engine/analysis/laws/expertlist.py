@@ -25,8 +25,8 @@ same instruction on such a tiled operand (dim a multiplied by c):
 ``xcat(k, kp, d, a, n)``     concatenates along d: k of c*n operands of shape S, kp of n
                              operands of shape S with dim a multiplied by c
 
-Only built when the distributed program has an all-to-all (the only way such copies arise),
-so other programs pay nothing.
+The tiled tables are only built when the distributed program has an all-to-all (the only way
+such copies arise), so other programs pay nothing for them.
 """
 
 from __future__ import annotations
@@ -56,12 +56,11 @@ def _ints(parsed: dict[str, object], name: str) -> list[int]:
 
 
 def graph_rows(rows: Rows, g: Graphs) -> None:
-    if not any(n.side == "distributed" and n.ins.opcode == "all-to-all" for n in g.nodes):
-        return
     c = g.spec.c
     if c < 2:
         return
     dist = {n.sig.key() for n in g.nodes if n.side == "distributed" and n.sig is not None}
+    tiles = any(n.side == "distributed" and n.ins.opcode == "all-to-all" for n in g.nodes)
     seen: set[str] = set()
     for node in g.nodes:
         if node.side != "baseline" or node.sig is None:
@@ -72,7 +71,8 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
         seen.add(k)
         if k in dist and node.sig.opcode not in COLLECTIVES:
             rows["xlocal"].append((k,))
-        _rows(rows, node.sig, node.ins.parsed, c, dist)
+        if tiles:
+            _rows(rows, node.sig, node.ins.parsed, c, dist)
 
 
 def _rows(rows: Rows, sig: Sig, parsed: dict[str, object], c: int, dist: set[str]) -> None:
