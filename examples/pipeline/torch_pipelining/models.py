@@ -180,7 +180,14 @@ def manual_gpipe(ctx: BuildContext) -> Pipeline:
         module = stage_module(hidden, layers, rank, pp, variant)
 
         def run(x: torch.Tensor) -> torch.Tensor | None:
-            schedule = ScheduleGPipe(PipelineStage(module, rank, pp, x.device), n_microbatches=m)
+            shapes: dict[str, torch.Tensor] = {}
+            microbatches = m
+            if variant == "whole_batch_input_args" and rank == pp - 1:
+                # BUG-SITE: whole_batch_input_args (the stage's input declared at the whole batch's shape, not a microbatch's)
+                shapes = {"input_args": torch.empty(batch, hidden, device="meta"), "output_args": torch.empty(batch, hidden, device="meta")}
+            if variant == "microbatches_disagree" and rank == pp - 1:
+                microbatches = 2 * m  # BUG-SITE: microbatches_disagree (the last rank cuts the batch into twice as many microbatches)
+            schedule = ScheduleGPipe(PipelineStage(module, rank, pp, x.device, **shapes), n_microbatches=microbatches)
             return schedule.step(x) if rank == 0 else schedule.step()
 
         return rank_program([module], run)

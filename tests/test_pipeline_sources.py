@@ -1,0 +1,121 @@
+"""Pipelines from torch.distributed.pipelining, as written (issue 27, sources).
+
+Each rank of examples/pipeline/torch_pipelining builds its stage (``pipeline()`` or a manual
+``PipelineStage``) and a real torch schedule and calls ``schedule.step``; the front end records
+the schedule's transfers per rank, composes the ranks' programs and checks them against the
+single-device model. Bugs of the user's code are diverged with the witness executing the
+composed ranks; ranks that disagree about the schedule are bad input naming both ends.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from config_runs import ROOT, run_template
+
+_CONFIG = """\
+version: 1
+root: {root}
+python_path: [{pipeline}]
+defaults:
+  tp: 1
+  timeout: 300
+  memory_mb: 4096
+  size: {{hidden: 8, layers: 4, batch: 4, microbatches: 2, pp: 2}}
+models:
+  - name: manual_gpipe
+    entry: torch_pipelining.models:manual_gpipe
+  - name: train_1f1b
+    entry: torch_pipelining.models:manual_train
+    size: {{scaling: loss}}
+  - name: train_interleaved
+    entry: torch_pipelining.models:interleaved_train
+    size: {{layers: 8, batch: 8, microbatches: 4}}
+  - name: bug_drop_layer
+    entry: torch_pipelining.models:manual_gpipe
+    variant: drop_layer
+    expect: diverged
+  - name: bug_loss_not_scaled
+    entry: torch_pipelining.models:manual_train
+    size: {{scaling: loss}}
+    variant: loss_not_scaled
+    expect: diverged
+  - name: bad_shapes
+    entry: torch_pipelining.models:manual_gpipe
+    variant: whole_batch_input_args
+  - name: bad_microbatches
+    entry: torch_pipelining.models:manual_gpipe
+    variant: microbatches_disagree
+"""
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    return run_template(tmp_path_factory.mktemp("pipeline_sources"), ".shardproof.yml", _CONFIG, pipeline=ROOT / "examples" / "pipeline")
+
+
+def _entry(report: tuple[dict[str, Any], Path], name: str) -> dict[str, Any]:
+    return next(m for m in report[0]["models"] if m["name"] == name)
+
+
+def _line(marker: str, after: str) -> int:
+    lines = (ROOT / "examples" / "pipeline" / "torch_pipelining" / "models.py").read_text().splitlines()
+    start = next(i for i, text in enumerate(lines, 1) if after in text)
+    return next(i for i, text in enumerate(lines, 1) if i > start and marker in text)
+
+
+@pytest.mark.parametrize("name", ["manual_gpipe", "train_1f1b", "train_interleaved"])
+def test_torch_schedules_are_verified(report: tuple[dict[str, Any], Path], name: str) -> None:
+    model = _entry(report, name)
+    assert model["status"] == "verified", (model["build"].get("error"), model.get("result", {}).get("reason"))
+
+
+def test_schedule_transfers_are_recorded_per_microbatch(report: tuple[dict[str, Any], Path]) -> None:
+    out = report[1]
+    # GPipe forward, 2 ranks, 2 microbatches: one activation per microbatch, no handshake.
+    assert (out / "manual_gpipe" / "pipeline.yaml").read_text().count("- src:") == 2
+    # 1F1B training: activations forward and their gradients back, per microbatch.
+    assert (out / "train_1f1b" / "pipeline.yaml").read_text().count("- src:") == 4
+    # Interleaved, 2 ranks x 2 virtual stages: 3 stage boundaries (one from rank 1 back to
+    # rank 0), each crossed by 4 microbatches forward and 4 gradients back.
+    assert (out / "train_interleaved" / "pipeline.yaml").read_text().count("- src:") == 24
+
+
+@pytest.mark.parametrize("name", ["bug_drop_layer", "bug_loss_not_scaled"])
+def test_bugs_are_diverged_with_a_confirmed_witness(report: tuple[dict[str, Any], Path], name: str) -> None:
+    model = _entry(report, name)
+    result = model["result"]
+    assert model["status"] == "diverged", result["reason"]
+    assert result["witness"]["status"] == "confirmed", result["witness"]
+
+
+def test_ranks_that_disagree_are_bad_input_naming_both_ends(report: tuple[dict[str, Any], Path]) -> None:
+    step = _line("return schedule.step(x) if rank == 0 else schedule.step()", "def manual_gpipe")
+    shapes = _entry(report, "bad_shapes")
+    assert shapes["status"] == "bad-input"
+    assert f"shapes disagree: stage 0 sends f32[2,8] at examples/pipeline/torch_pipelining/models.py:{step}, stage 1 receives into f32[4,8] at examples/pipeline/torch_pipelining/models.py:{step}" in shapes["build"]["error"]
+    counts = _entry(report, "bad_microbatches")
+    assert counts["status"] == "bad-input"
+    assert f"receive #3 at examples/pipeline/torch_pipelining/models.py:{step} (stage 1 from stage 0) has no matching send on stage 0 (it sends 2 time(s) to stage 1)" in counts["build"]["error"]
+
+
+def test_rank_program_keeps_the_stage_modules_names() -> None:
+    import torch.nn as nn
+
+    from shardproof.engine.frontend.pipeline.program import rank_program
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = nn.ModuleDict({str(i): nn.Linear(2, 2) for i in range(4)})
+
+    a, b = Net(), Net()
+    del a.layers["1"], a.layers["3"], b.layers["0"], b.layers["2"]
+    program = rank_program([a, b], lambda x: x)
+    assert sorted(n for n, _ in program.named_parameters()) == sorted(f"layers.{i}.{k}" for i in range(4) for k in ("weight", "bias"))
+    # The program holds the stage modules' own submodules: a weight swapped on it is theirs.
+    assert program.get_submodule("layers.1") is b.layers["1"]
+    with pytest.raises(ValueError, match="held by two stage modules"):
+        rank_program([a, Net()], lambda x: x)
