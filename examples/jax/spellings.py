@@ -11,7 +11,9 @@ common JAX code write it; a bug variant differs from the correct model only on t
 - ``ring_running_sum``: a ring all-reduce that forwards its running sum (rank r adds what rank
   r - 1 has summed so far) instead of the block it received;
 - ``ulysses_untiled``: Ulysses attention with ``all_to_all(..., tiled=False)`` (the split axis
-  becomes a new leading axis, reshaped away by hand).
+  becomes a new leading axis, reshaped away by hand);
+- ``moe_argmax_routing``: top-1 MoE routing with a vmapped ``jnp.argmax`` (JAX's NaN-first
+  combine), experts tensor-parallel.
 """
 
 from __future__ import annotations
@@ -132,3 +134,29 @@ def ulysses_untiled(ctx: JaxContext) -> JaxModel:
     dist = shard_map(per_device, mesh=mesh, in_specs=(P(*spec),) * 3, out_specs=P(*spec), check_vma=False)
     return JaxModel(attn, dist, mesh, [JaxInput(n, (s, h, hd), spec=spec) for n in ("q", "k", "v")], outputs=[spec],
                     description=f"Ulysses attention with untiled all_to_all, SP {c}")
+
+
+def moe_argmax_routing(ctx: JaxContext) -> JaxModel:
+    """Top-1 MoE routing with a vmapped jnp.argmax over the router logits (JAX's NaN-first
+    combine in a tuple-shaped reduce per token), experts tensor-parallel: every rank routes all
+    tokens, runs its columns of every expert on the tokens routed there, and the psum combines."""
+    t, d, e, f, c = ctx.knob("tokens", 8), ctx.knob("hidden", 16), ctx.knob("experts", 4), ctx.knob("ffn", 32), ctx.knob("tp", 4)
+    mesh = ctx.mesh({"tp": c})
+    bug = ctx.variant
+
+    def experts(x: Any, choice: Any, w1: Any, w2: Any) -> Any:
+        y = jnp.zeros((x.shape[0], w2.shape[2]), x.dtype)
+        for j in range(e):
+            y = y + jnp.where((choice == j)[:, None], jnp.tanh(x @ w1[j]) @ w2[j], 0.0)
+        return y
+
+    def moe(x: Any, wr: Any, w1: Any, w2: Any) -> Any:
+        return experts(x, jax.vmap(jnp.argmax)(x @ wr), w1, w2)
+
+    def per_device(x: Any, wr: Any, w1: Any, w2: Any) -> Any:
+        choice = jax.vmap(jnp.argmin if bug == "routing_argmin" else jnp.argmax)(x @ wr)  # BUG-SITE: routing_argmin
+        return jax.lax.psum(experts(x, choice, w1, w2), "tp")
+
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P(), P(), P(None, None, "tp"), P(None, "tp", None)), out_specs=P(), check_vma=False)
+    return JaxModel(moe, dist, mesh, [JaxInput("x", (t, d)), JaxInput("wr", (d, e)), JaxInput("w1", (e, d, f), spec=(None, None, "tp")), JaxInput("w2", (e, f, d), spec=(None, "tp", None))],
+                    description=f"top-1 MoE, vmapped argmax routing, {e} experts tensor-parallel over TP {c}")

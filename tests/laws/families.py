@@ -1131,6 +1131,95 @@ def fsdpslice(rng: random.Random) -> Program:
     form = f"P {t}, {kind}, layer {li}, start {start}, {'extra unit dim, ' if unit else ''}all-gather over {ag_groups} (groups {groups}, gathered {gathered})"
     return Program("fsdpslice", form, base, dist, rel)
 
+# ---- JAX's arg-reduce combine (engine/analysis/laws/argreduce.py arg_reducer; rules/argreduce.egg) --
+
+
+def _jax_argcombine(name: str, vt: str, it: str, strict: str, tie: str, nan_first: bool) -> str:
+    """jnp.argmax / argmin's combine: NaN first, then the strict order, ties to the lower index
+    (``tie`` LT; GT takes the higher one); ``nan_first`` False leaves the NaN clause out of the
+    index's select only (a combine no JAX version writes)."""
+    nan_i = "pred[] %first" if nan_first else "pred[] %gt"
+    return f"""%{name} (lv: {vt}[], li: {it}[], rv: {vt}[], ri: {it}[]) -> ({vt}[], {it}[]) {{
+  %lv = {vt}[] parameter(0)
+  %li = {it}[] parameter(1)
+  %rv = {vt}[] parameter(2)
+  %ri = {it}[] parameter(3)
+  %gt = pred[] compare({vt}[] %lv, {vt}[] %rv), direction={strict}
+  %nan = pred[] compare({vt}[] %lv, {vt}[] %lv), direction=NE
+  %first = pred[] or(pred[] %gt, pred[] %nan)
+  %v = {vt}[] select(pred[] %first, {vt}[] %lv, {vt}[] %rv)
+  %eq = pred[] compare({vt}[] %lv, {vt}[] %rv), direction=EQ
+  %lt = pred[] compare({it}[] %li, {it}[] %ri), direction={tie}
+  %tie = pred[] and(pred[] %eq, pred[] %lt)
+  %pick = pred[] or({nan_i}, pred[] %tie)
+  %i = {it}[] select(pred[] %pick, {it}[] %li, {it}[] %ri)
+  ROOT %t = ({vt}[], {it}[]) tuple({vt}[] %v, {it}[] %i)
+}}
+"""
+
+
+def jaxargreduce(rng: random.Random) -> Program:
+    """The vocab-parallel arg-reduce of ``argreduce`` with JAX's combine in place of torch's on
+    either side or both (jnp.argmax, also vmapped): the same law on NaN-free values. Drawn on top
+    of argreduce's draws: which side uses JAX's combine, and the combines no JAX writes (ties to
+    the higher index, the NaN clause missing from the index) that must not be read as arg-reduces."""
+    import re
+
+    p = argreduce(rng)
+    sides = rng.choice(["both", "both", "baseline", "distributed"])
+    tie, nan_first = rng.choice([("LT", True)] * 5 + [("GT", True), ("LT", False)])
+    pat = re.compile(r"%comb \(lv: (\w+)\[\], li: (\w+)\[\].*?\n}\n", re.S)
+
+    def swap(text: str) -> str:
+        m = pat.search(text)
+        assert m is not None
+        strict = "GT" if "direction=G" in m.group(0) else "LT"
+        return text[: m.start()] + _jax_argcombine("comb", m.group(1), m.group(2), strict, tie, nan_first) + text[m.end():]
+
+    if sides in ("both", "baseline"):
+        p.baseline = swap(p.baseline)
+    if sides in ("both", "distributed"):
+        p.distributed = swap(p.distributed)
+    p.family = "jaxargreduce"
+    p.form += f", JAX combine on {sides} (ties {tie}{'' if nan_first else ', no NaN clause in the index'})"
+    return p
+
+# ---- a partial sum masked by a replicated predicate (rules/selectpartial.egg) ------------------------
+
+
+def selectpartial(rng: random.Random) -> Program:
+    """x is a partial sum (each rank a piece), m = (k < t) from a replicated k; the ranks select
+    their piece where m holds and zero elsewhere (or the other operand order) and all-reduce;
+    the baseline selects x. Drawn: the element type (narrow, unsigned, float), the operand order,
+    the fill (zero, -0.0, or one), the mask (replicated, or compared with the rank), the groups
+    of the all-reduce."""
+    groups = _layout(rng)
+    t = rng.choice(["f32", "s32", "s8", "u16", "bf16"])
+    n, h = 6, 4
+    then = rng.random() < 0.5
+    fill = rng.choice(["0"] * 5 + ["1"] + (["-0"] if t in ("f32", "bf16") else []))
+    mask = "dup" if rng.random() < 0.8 else "rank"
+    ar_groups = groups if rng.random() < 0.85 else _other_groups(rng, groups)
+    thr = rng.randrange(1, 9)
+
+    def sel(m: str, a: str, z: str) -> str:
+        return f"{t}[{n},{h}] select(pred[{n},{h}] {m}, {t}[{n},{h}] {a}, {t}[{n},{h}] {z})" if then else f"{t}[{n},{h}] select(pred[{n},{h}] {m}, {t}[{n},{h}] {z}, {t}[{n},{h}] {a})"
+
+    base = (f"HloModule sp_base\n\nENTRY %main (x: {t}[{n},{h}], k: s32[{n},{h}]) -> {t}[{n},{h}] {{\n  %x = {t}[{n},{h}] parameter(0)\n  %k = s32[{n},{h}] parameter(1)\n"
+            f"  %th = s32[] constant({thr})\n  %ths = s32[{n},{h}] broadcast(s32[] %th), dimensions={{}}\n  %m = pred[{n},{h}] compare(s32[{n},{h}] %k, s32[{n},{h}] %ths), direction=LT\n"
+            f"  %z = {t}[] constant(0)\n  %zs = {t}[{n},{h}] broadcast({t}[] %z), dimensions={{}}\n  ROOT %o = {sel('%m', '%x', '%zs')}\n}}\n")
+    th = f"  %th = s32[] constant({thr})\n" if mask == "dup" else f"  %th0 = s32[] constant({thr})\n  %th = s32[] add(s32[] %th0, s32[] %r)\n"
+    dist = ("HloModule sp_dist\n\n" + _reducer("add", "add", t) + f"\nENTRY %main (r: s32[], x: {t}[{n},{h}], k: s32[{n},{h}]) -> {t}[{n},{h}] {{\n"
+            f"  %r = s32[] parameter(0)\n  %x = {t}[{n},{h}] parameter(1)\n  %k = s32[{n},{h}] parameter(2)\n" + th
+            + f"  %ths = s32[{n},{h}] broadcast(s32[] %th), dimensions={{}}\n  %m = pred[{n},{h}] compare(s32[{n},{h}] %k, s32[{n},{h}] %ths), direction=LT\n"
+            f"  %z = {t}[] constant({fill})\n  %zs = {t}[{n},{h}] broadcast({t}[] %z), dimensions={{}}\n  %s = {sel('%m', '%x', '%zs')}\n"
+            f"  ROOT %o = {t}[{n},{h}] all-reduce({t}[{n},{h}] %s), channel_id=1, replica_groups={_groups_text(ar_groups)}, use_global_device_ids=true, to_apply=%add\n}}\n")
+    rel = {"groups": groups, "inputs": [{"distributed": 0, "relation": "rank"}, {"baseline": 0, "distributed": 1, "relation": "partial"},
+                                        {"baseline": 1, "distributed": 2, "relation": "duplicate", "int_range": [0, 10]}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    form = f"{t} select({'m, x, fill' if then else 'm, fill, x'}) fill {fill}, mask {mask} (k < {thr}), all-reduce over {ar_groups} (groups {groups})"
+    return Program("selectpartial", form, base, dist, rel)
+
 FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "rankpos": rankpos,
     "argreduce": argreduce,
@@ -1146,6 +1235,8 @@ FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "clampgather": clampgather,
     "ringrun": ringrun,
     "fsdpslice": fsdpslice,
+    "jaxargreduce": jaxargreduce,
+    "selectpartial": selectpartial,
     "expertlist": expertlist,
     "modgroup": modgroup,
 }

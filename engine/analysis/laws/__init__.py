@@ -65,6 +65,7 @@ from . import (
     ringrun,
     scaling,
     scatter,
+    selectpartial,
     slicing,
     unroll,
     vocabraw,
@@ -131,6 +132,7 @@ FAMILIES: list[Family] = [
     Family("clampgather", "clampgather.egg", clampgather.TABLES, graph_rows=clampgather.graph_rows),
     Family("ringrun", "ringrun.egg", ringrun.TABLES),
     Family("fsdpslice", "fsdpslice.egg", fsdpslice.TABLES, graph_rows=fsdpslice.graph_rows),
+    Family("selectpartial", "selectpartial.egg", selectpartial.TABLES),
     Family("expertlist", "expertlist.egg", expertlist.TABLES, graph_rows=expertlist.graph_rows),
     Family("modgroup", "modgroup.egg", modgroup.TABLES, graph_rows=modgroup.graph_rows),
 ]

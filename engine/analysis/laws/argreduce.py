@@ -45,7 +45,8 @@ ARG_DIRECTIONS = {"GE": "max", "GT": "max", "LE": "min", "LT": "min"}
 
 def arg_reducer(module: Module, ins: Instruction) -> str | None:
     """"max" or "min" when ``ins`` is a reduce of (values, indices) whose to_apply is the
-    argmax/argmin combine torch-xla emits (torch.argmax, torch.max(dim), argmin):
+    argmax/argmin combine torch-xla emits (torch.argmax, torch.max(dim), argmin), or JAX's
+    NaN-first one (jnp.argmax / argmin, vmapped too; below):
 
         value = select(compare(lv, rv, D), lv, rv)
         index = select(compare(lv, rv, EQ), minimum(li, ri), select(compare(lv, rv, D), li, ri))
@@ -87,6 +88,13 @@ def arg_reducer(module: Module, ins: Instruction) -> str | None:
     value, index = (expr(o) for o in root.operands)
     for d, op in ARG_DIRECTIONS.items():
         cmp = (f"compare.{d}", 0, 2)
+        # JAX's combine (jnp.argmax / argmin): NaN first, then the strict order, ties to the
+        # lower index: value = select(D | lv != lv, lv, rv), index = select(D | lv != lv |
+        # (lv == rv & li < ri), li, ri), D strict. On NaN-free values lv != lv is false and
+        # this is the extreme and its lowest index, as the torch combine below.
+        first = ("or", cmp, ("compare.NE", 0, 0))
+        if d in ("GT", "LT") and value == ("select", first, 0, 2) and index == ("select", ("or", first, ("and", ("compare.EQ", 0, 2), ("compare.LT", 1, 3))), 1, 3):
+            return op
         if value != ("select", cmp, 0, 2):
             continue
         keep = ("select", cmp, 1, 3)
