@@ -22,7 +22,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -216,6 +216,17 @@ def _pipelining_handshake_off() -> Iterator[None]:
         base._get_init_p2p_neighbors_ops = saved
 
 
+def _cuda_shims() -> Any:
+    """Megatron's schedules allocate their buffers on ``"cuda"`` / ``torch.cuda.current_device()``:
+    with megatron-core loaded, a stage is traced under the torchdist front end's CUDA-to-XLA
+    shims (as an int-rank Megatron model is)."""
+    if "megatron.core" not in sys.modules:
+        return nullcontext()
+    from ..torchdist import shims
+
+    return shims.cuda_as_xla()
+
+
 def _start_dist(rank: int, world: int) -> None:
     from ..torchdist import backend
 
@@ -282,7 +293,7 @@ def build(request: common.BuildRequest, decl: Pipeline, ctx: Any, timings: dict[
             rec = _Recorder(k, decl.stages, root, mailbox)
             inputs = {i.name: capture.placeholder(tuple(i.shape), common._dtype(i.dtype)) for i in decl.inputs}
             try:
-                with rec.patched():
+                with rec.patched(), _cuda_shims():
                     side = common._trace(rec.wrap(program), inputs, f"stage {k}", root, exclude, request.source_packages, plan)
             except _Waiting as w:
                 waiting[k] = str(w)
