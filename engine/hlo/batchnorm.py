@@ -8,15 +8,21 @@ BatchNormInference / BatchNormGrad), ``n`` = elements per feature (all dims but
 ``feature_index``), sums over all dims but ``feature_index``, ``·_b`` = broadcast along
 ``feature_index``:
 
-- training(x, scale, offset) = (((x - mean_b) · rsqrt(var_b + eps)) · scale_b + offset_b,
-  mean, var) with mean = sum(x) / n, var = sum(x·x) / n - mean·mean (E[x²] - E[x]², as XLA).
+- training(x, scale, offset) = (((x - mean_b) · rsqrt(var + eps)_b) · scale_b + offset_b,
+  mean, var) with mean = sum(x) / n, var = sum(x·x) / n - mean·mean (E[x²] - E[x]², as XLA;
+  XLA adds eps after broadcasting var, elementwise the same value).
+
+Unit dims besides the feature dim are squeezed before and restored after (``_unsqueezed``):
+torch-xla's LayerNorm reshapes (s, h) to (1, s, h), and the rows' own shapes are the ones a
+sharded program writes. Both rewrites compute every element with the same operations on the
+same values, so the result is bit-identical to XLA's expansion.
 - inference(x, scale, offset, mean, var) = x · s_b + (offset - mean·s)_b, s = scale · rsqrt(var + eps).
 - grad(x, scale, mean, var, dy) = (scale_b · rsqrt(var_b + eps) / n · ((dy·n - I2_b) -
   (x - mean_b) · I3_b / (var_b + eps)), I3 · rsqrt(var + eps), I2) with I2 = sum(dy),
   I3 = sum(dy · (x - mean_b)).
 
 Like XLA, epsilon is the f32 attribute converted to the element type, and ``n`` is an s32
-count converted to it, so bf16/f16/f64 programs round as the expanded program XLA runs. The
+count converted to it (written as the literal when the convert is exact, ``_exact``), so bf16/f16/f64 programs round as the expanded program XLA runs. The
 expansion is written as HLO text and read by the project's parser, so every new instruction
 carries the same attrs/parsed forms as parsed ones; each takes the batch-norm's metadata (the
 source line of the norm) and the tuple keeps the batch-norm's name, so ``get-tuple-element``
@@ -29,6 +35,7 @@ in the sense that XLA's CPU backend runs this same expansion for the original in
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import replace
 from typing import NoReturn
 
@@ -43,9 +50,32 @@ def _ty(dtype: str, dims: tuple[int, ...]) -> str:
     return f"{dtype}[{','.join(map(str, dims))}]"
 
 
+# Significand bits (with the implicit one) of the float types batch-norm admits.
+_SIGNIFICAND = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53, "f8e4m3fn": 4, "f8e5m2": 3, "f8e4m3": 4, "f8e5m2fnuz": 3, "f8e4m3fnuz": 4, "f8e4m3b11fnuz": 4, "f8e3m4": 5}
+
+
+def _exact(n: int, dtype: str) -> bool:
+    """Whether the count n converts to ``dtype`` without rounding: then the literal n is the
+    value XLA's convert(s32 n) gives, and it meets the same count written as a literal by the
+    distributed program (a mean's divisor). Narrow types keep the convert (it may round)."""
+    bits = _SIGNIFICAND.get(dtype)
+    if bits is None or n <= 0 or dtype.startswith("f8"):
+        return False
+    odd = n >> ((n & -n).bit_length() - 1)  # n without its trailing zero bits
+    return odd.bit_length() <= bits and n < 2 ** (bits + 16)
+
+
 def _body(opcode: str, dtype: str, dims: tuple[int, ...], f: int, eps: str, reducer: str) -> list[str]:
     """Instruction lines of one expansion over parameters x, scale, ... (the operand order of
     ``opcode``); the last line is the tuple."""
+    # Unit dims besides the feature dim (torch-xla's LayerNorm reshapes (s, h) to (1, s, h))
+    # are squeezed away first and restored on the result: the same elements in the same
+    # order, so the same values; the norm's ops then have the shapes of the rows themselves,
+    # which a hidden- or token-sharded program writes too (its reductions, broadcasts).
+    kept = [d for d in range(len(dims)) if d == f or dims[d] != 1]
+    if len(kept) < len(dims) and len(kept) > 1:
+        inner = _body(opcode, dtype, tuple(dims[d] for d in kept), kept.index(f), eps, reducer)
+        return _unsqueezed(opcode, dtype, dims, tuple(dims[d] for d in kept), inner)
     X, F, S = _ty(dtype, dims), _ty(dtype, (dims[f],)), f"{dtype}[]"
     others = ",".join(str(d) for d in range(len(dims)) if d != f)
     n = 1
@@ -55,8 +85,7 @@ def _body(opcode: str, dtype: str, dims: tuple[int, ...], f: int, eps: str, redu
     lines = [
         f"eps.f32 = f32[] constant({eps})",
         f"eps = {S} convert(eps.f32)",
-        f"n.s32 = s32[] constant({n})",
-        f"n = {S} convert(n.s32)",
+        *([f"n = {S} constant({n})"] if _exact(n, dtype) else [f"n.s32 = s32[] constant({n})", f"n = {S} convert(n.s32)"]),
         f"zero = {S} constant(0)",
         f"eps.x = {X} broadcast(eps), dimensions={{}}",
         f"n.f = {F} broadcast(n), dimensions={{}}",
@@ -77,9 +106,13 @@ def _body(opcode: str, dtype: str, dims: tuple[int, ...], f: int, eps: str, redu
             f"sqmean = {F} divide(sqsum, n.f)",
             f"mean2 = {F} multiply(mean, mean)",
             f"var = {F} subtract(sqmean, mean2)",
-            bc("mean.x", "mean"), bc("var.x", "var"), bc("scale.x", "scale"), bc("offset.x", "offset"),
-            f"vareps = {X} add(var.x, eps.x)",
-            f"rs = {X} rsqrt(vareps)",
+            bc("mean.x", "mean"), bc("scale.x", "scale"), bc("offset.x", "offset"),
+            # rsqrt(var + eps) per feature, then broadcast: XLA adds eps after broadcasting var,
+            # the same value per element; per feature is how norms are written (keepdim).
+            f"eps.f = {F} broadcast(eps), dimensions={{}}",
+            f"vareps.f = {F} add(var, eps.f)",
+            f"rs.f = {F} rsqrt(vareps.f)",
+            bc("rs", "rs.f"),
             f"xm = {X} subtract(x, mean.x)",
             f"norm = {X} multiply(xm, rs)",
             f"scaled = {X} multiply(norm, scale.x)",
@@ -122,6 +155,29 @@ def _body(opcode: str, dtype: str, dims: tuple[int, ...], f: int, eps: str, redu
             f"gx = {X} multiply(srsn, i6)",
             f"ROOT t = ({X}, {F}, {F}) tuple(gx, gscale, i2)",
         ]
+    return lines
+
+
+def _unsqueezed(opcode: str, dtype: str, dims: tuple[int, ...], small: tuple[int, ...], inner: list[str]) -> list[str]:
+    """``inner`` (the expansion at the squeezed shape ``small``) over squeezed x (and dy),
+    its X-shaped result reshaped back to ``dims``."""
+    X, XS = _ty(dtype, dims), _ty(dtype, small)
+    shaped = ("x", "dy") if opcode == "batch-norm-grad" else ("x",)
+    ref = re.compile(r"(?<![\w.])(" + "|".join(shaped) + r")(?![\w.])")
+    lines = [f"{p}.s = {XS} reshape({p})" for p in shaped]
+    for line in inner[:-1]:
+        name, rhs = line.split(" = ", 1)
+        op_at = rhs.index("(")
+        close = rhs.index(")", op_at)
+        lines.append(f"{name} = {rhs[:op_at]}{ref.sub(lambda m: m.group(1) + '.s', rhs[op_at:close])}{rhs[close:]}")
+    root = inner[-1]
+    if opcode == "batch-norm-inference":  # ROOT out = XS add(xs, tshift)
+        lines.append(root.replace("ROOT out = ", "out.s = ", 1))
+        lines.append(f"ROOT out = {X} reshape(out.s)")
+        return lines
+    first = "out" if opcode == "batch-norm-training" else "gx"  # ROOT t = (XS, F, F) tuple(first, ...)
+    lines.append(f"{first}.r = {X} reshape({first})")
+    lines.append(root.replace(f"({XS},", f"({X},", 1).replace(f"tuple({first},", f"tuple({first}.r,", 1))
     return lines
 
 

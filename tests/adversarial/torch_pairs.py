@@ -821,6 +821,212 @@ def cos_table_dist(first: int) -> Callable[..., tuple[Any, ...]]:
     return fn
 
 
+# --- production spellings of issue 25 (engineer E's gaps) ---------------------------------------
+
+
+def all_to_all(t: Any, split: int, concat: int, groups: list[list[int]] = GROUP) -> Any:
+    return _X["xm"].all_to_all(t, split, concat, len(groups[0]), groups=groups, pin_layout=False)
+
+
+def _layer_norm_sumsq(x: Any, g: Any, reduce_s: bool) -> Any:
+    """LayerNorm over a hidden-sharded dim written as XLA expands F.layer_norm (batch-norm-
+    training): var = E[x^2] - E[x]^2, from the all-reduced sum and sum of squares."""
+    torch = _t()
+    s, sq = x.sum(-1, keepdim=True), (x * x).sum(-1, keepdim=True)
+    s = all_reduce(s) if reduce_s else s
+    sq = all_reduce(sq)
+    mean = s / H
+    var = sq / H - mean * mean
+    return (x - mean) * torch.rsqrt(var + 1e-5) * g
+
+
+def c_layernorm_hidden_sharded_sumsq(x: Any, g: Any) -> tuple[Any, ...]:
+    return (_layer_norm_sumsq(x, g, True),)
+
+
+def b_layernorm_sumsq_local_mean(x: Any, g: Any) -> tuple[Any, ...]:
+    return (_layer_norm_sumsq(x, g, False),)  # the mean from the shard's sum only
+
+
+# DeepSpeed Ulysses (deepspeed/sequence/layer.py, batch first): 5-D reshape/permute around
+# all_to_all_single on dim 0, attention over the whole sequence on H/c heads, and back.
+UB, US, UNH, UHD = 2, 8, 8, 2  # batch, sequence, heads, head size of the Ulysses pairs
+
+
+def uly_base(x: Any, wq: Any, wk: Any, wv: Any) -> tuple[Any, ...]:
+    F = _f()
+    q, k, v = (F.linear(x, w).reshape(UB, US, UNH, UHD).transpose(1, 2) for w in (wq, wk, wv))
+    return (_attn(q, k, v, UHD**-0.5).transpose(1, 2).reshape(UB, US, H),)
+
+
+def _ulysses(x: Any, wq: Any, wk: Any, wv: Any, back: tuple[int, ...]) -> Any:
+    F = _f()
+    sl, hl = US // C, UNH // C
+
+    def seq_to_heads(t: Any) -> Any:  # (b, s/c, nh, hd) -> (b, s, nh/c, hd)
+        t = t.reshape(UB, sl, C, hl, UHD).permute(2, 0, 1, 3, 4).contiguous()
+        t = all_to_all(t, 0, 0)
+        return t.permute(1, 0, 2, 3, 4).reshape(UB, US, hl, UHD)
+
+    def heads_to_seq(t: Any) -> Any:  # (b, s, nh/c, hd) -> (b, s/c, nh, hd)
+        t = t.reshape(UB, C, sl, hl, UHD).permute(1, 0, 2, 3, 4).contiguous()
+        t = all_to_all(t, 0, 0)
+        return t.permute(*back).reshape(UB, sl, UNH * UHD)
+
+    q, k, v = (seq_to_heads(F.linear(x, w).reshape(UB, sl, UNH, UHD)).transpose(1, 2) for w in (wq, wk, wv))
+    ctx = _attn(q, k, v, UHD**-0.5).transpose(1, 2)
+    return heads_to_seq(ctx)
+
+
+def c_deepspeed_ulysses_5d(x: Any, wq: Any, wk: Any, wv: Any) -> tuple[Any, ...]:
+    return (_ulysses(x, wq, wk, wv, (1, 2, 0, 3, 4)),)
+
+
+def b_deepspeed_ulysses_5d_post_permute(x: Any, wq: Any, wk: Any, wv: Any) -> tuple[Any, ...]:
+    return (_ulysses(x, wq, wk, wv, (1, 2, 3, 0, 4)),)  # the heads interleaved (PR #5664 class)
+
+
+# Sequence -> hidden all-to-all on the third dim, spelled with chunk / stack / unbind / cat.
+def a2a3_base(x: Any) -> tuple[Any, ...]:
+    return (_t().tanh(x),)
+
+
+def _a2a_third_dim(x: Any, reverse: bool) -> Any:
+    torch = _t()
+    t = torch.stack(x.chunk(C, dim=2), 0)  # (c, b, s/c, h/c): block j of the hidden dim at j
+    t = all_to_all(t, 0, 0)  # block j from rank j: rank j's sequence rows of my hidden block
+    parts = list(t.unbind(0))
+    if reverse:
+        parts = parts[::-1]
+    return torch.tanh(torch.cat(parts, dim=1))
+
+
+def c_a2a_chunk_cat_third_dim(x: Any) -> tuple[Any, ...]:
+    return (_a2a_third_dim(x, False),)
+
+
+def b_a2a_chunk_cat_third_dim_reversed(x: Any) -> tuple[Any, ...]:
+    return (_a2a_third_dim(x, True),)
+
+
+# T5 relative-position buckets (transformers' T5Attention._relative_position_bucket) on
+# sequence-parallel query rows: positions rank*s/c + arange, a log bounded by a min.
+NB, MAXD = 8, 16
+
+
+def _t5_bucket(rel: Any) -> Any:
+    torch = _t()
+    nb = NB // 2
+    buckets = (rel > 0).to(torch.long) * nb
+    rel = torch.abs(rel)
+    max_exact = nb // 2
+    is_small = rel < max_exact
+    large = max_exact + (torch.log(rel.float() / max_exact) / math.log(MAXD / max_exact) * (nb - max_exact)).to(torch.long)
+    large = torch.min(large, torch.full_like(large, nb - 1))
+    return buckets + torch.where(is_small, rel, large)
+
+
+def t5_base(x: Any, table: Any) -> tuple[Any, ...]:
+    torch = _t()
+    ctx = torch.arange(S, dtype=torch.long, device=x.device)[:, None]
+    mem = torch.arange(S, dtype=torch.long, device=x.device)[None, :]
+    return (x + _f().embedding(_t5_bucket(mem - ctx), table)[..., 0],)
+
+
+def _t5_sp(x: Any, table: Any, rank: Any, shift: int) -> Any:
+    torch = _t()
+    sl = S // C
+    ctx = (rank.to(torch.long) * sl + shift + torch.arange(sl, dtype=torch.long, device=x.device))[:, None]
+    mem = torch.arange(S, dtype=torch.long, device=x.device)[None, :]
+    return x + _f().embedding(_t5_bucket(mem - ctx), table)[..., 0]
+
+
+def c_t5_relative_buckets_sp(x: Any, table: Any, rank: Any) -> tuple[Any, ...]:
+    return (_t5_sp(x, table, rank, 0),)
+
+
+def b_t5_relative_buckets_sp_offset(x: Any, table: Any, rank: Any) -> tuple[Any, ...]:
+    return (_t5_sp(x, table, rank, 1),)  # query positions one past the rank's rows
+
+
+# Vocab-parallel greedy argmax: local argmax plus the rank's vocab offset built as a reshaped
+# arange plus a broadcast of w*r, all-gathered values and ids, the first rank's best.
+def argmax_base(x: Any) -> tuple[Any, ...]:
+    return (x.argmax(-1),)
+
+
+def _vocab_argmax(x: Any, rank: Any, w_off: int) -> Any:
+    torch = _t()
+    w = V // C
+    cols = torch.arange(w, device=x.device).reshape(1, w) + (rank.to(torch.long) * w_off).reshape(1, 1)  # global ids
+    m, a = x.max(-1)
+    gid = cols.expand(S, w).gather(1, a[:, None])  # (S, 1)
+    vals = all_gather(m[:, None], 1)  # (S, c)
+    ids = all_gather(gid, 1)
+    j = vals.argmax(-1, keepdim=True)
+    return ids.gather(1, j)[:, 0]
+
+
+def c_vocab_argmax_offset_table(x: Any, rank: Any) -> tuple[Any, ...]:
+    return (_vocab_argmax(x, rank, V // C),)
+
+
+def b_vocab_argmax_offset_table_stride(x: Any, rank: Any) -> tuple[Any, ...]:
+    return (_vocab_argmax(x, rank, V // C + 1),)  # the offset stride off by one
+
+
+# Cumsum along the sharded sequence dim: the carry as an exclusive scan of the all-gathered
+# totals, picked at the rank by index_select (no mask).
+def _cumsum_scan_carry(x: Any, w: Any, rank: Any, inclusive: bool) -> tuple[Any, ...]:
+    torch = _t()
+    y = _f().linear(x, w)
+    totals = all_gather(y.sum(0, keepdim=True), 0)  # (C, H)
+    scan = totals.cumsum(0) if inclusive else totals.cumsum(0) - totals
+    return (y.cumsum(0) + scan.index_select(0, rank.reshape(1).to(torch.long)),)
+
+
+def c_cumsum_sharded_dim_scan_carry(x: Any, w: Any, rank: Any) -> tuple[Any, ...]:
+    return _cumsum_scan_carry(x, w, rank, False)
+
+
+def b_cumsum_sharded_dim_scan_inclusive(x: Any, w: Any, rank: Any) -> tuple[Any, ...]:
+    return _cumsum_scan_carry(x, w, rank, True)
+
+
+# The GQA merge's backward: the gradient of repeat_interleave (KV heads shared by R query
+# heads) sums the R copies; each rank holds one query head's gradient and adds it into the KV
+# head it used (index_add at rank // R, or rank % NKV for tiled heads), then all-reduces.
+def gqa_merge_base(dk: Any) -> tuple[Any, ...]:
+    return (dk.reshape(NKV, NH // NKV, S, HD).sum(1),)
+
+
+def gqa_merge_tile_base(dk: Any) -> tuple[Any, ...]:
+    return (dk.reshape(NH // NKV, NKV, S, HD).sum(0),)
+
+
+def _gqa_merge(dk: Any, rank: Any, modulo: bool) -> Any:
+    torch = _t()
+    head = (rank % NKV if modulo else rank // (C // NKV)).reshape(1).to(torch.long)
+    out = torch.zeros(NKV, S, HD, dtype=dk.dtype, device=dk.device).index_add(0, head, dk)
+    return all_reduce(out)
+
+
+def c_gqa_merge_backward(dk: Any, rank: Any) -> tuple[Any, ...]:
+    return (_gqa_merge(dk, rank, False),)
+
+
+def b_gqa_merge_backward_mod(dk: Any, rank: Any) -> tuple[Any, ...]:
+    return (_gqa_merge(dk, rank, True),)
+
+
+def c_gqa_tiled_merge_backward(dk: Any, rank: Any) -> tuple[Any, ...]:
+    return (_gqa_merge(dk, rank, True),)
+
+
+def b_gqa_tiled_merge_backward_div(dk: Any, rank: Any) -> tuple[Any, ...]:
+    return (_gqa_merge(dk, rank, False),)
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -910,6 +1116,22 @@ def _pairs() -> list[TorchPair]:
         P("b_deep_up_weights_swapped", f"layers 3 and 4 of {LAYERS} identical layers use each other's up-projection", deep, dup, deep_base, b_deep_up_weights_swapped),
         P("b_deep_layers_swapped", f"layers 2 and 3 of {LAYERS} identical layers run in swapped order", deep, dup, deep_base, b_deep_layers_swapped),
         P("b_elided_cos_table", "x*cos(arange(1,17)*0.1) vs arange(0,16): two different constants both printed {...}", (In("x", (16,)),), dup, cos_table(0), cos_table_dist(1), elide=True),
+        P("c_layernorm_hidden_sharded_sumsq", "LayerNorm over a hidden-sharded dim as XLA expands F.layer_norm: all-reduced sum and sum of squares, var = E[x^2] - E[x]^2", (In("x", (S, H), "sharded", 1), In("g", (H,), "sharded", 0)), sh1, ln_base, c_layernorm_hidden_sharded_sumsq),
+        P("b_layernorm_sumsq_local_mean", "LayerNorm E[x^2] - E[x]^2 whose sum (the mean) is not all-reduced", (In("x", (S, H), "sharded", 1), In("g", (H,), "sharded", 0)), sh1, ln_base, b_layernorm_sumsq_local_mean),
+        P("c_deepspeed_ulysses_5d", "DeepSpeed Ulysses: 5-D reshape/permute around all_to_all_single (sequence -> heads), attention, and back", (In("x", (UB, US, H), "sharded", 1), In("wq", (H, H)), In("wk", (H, H)), In("wv", (H, H))), sh1, uly_base, c_deepspeed_ulysses_5d),
+        P("b_deepspeed_ulysses_5d_post_permute", "DeepSpeed Ulysses whose post-all-to-all permute interleaves the heads (permute(1,2,3,0,4))", (In("x", (UB, US, H), "sharded", 1), In("wq", (H, H)), In("wk", (H, H)), In("wv", (H, H))), sh1, uly_base, b_deepspeed_ulysses_5d_post_permute),
+        P("c_a2a_chunk_cat_third_dim", "sequence -> hidden all-to-all on a 3-D tensor: chunk the hidden dim, stack, all_to_all dim 0, unbind, cat along the sequence", (In("x", (UB, US, H), "sharded", 1),), (("sharded", 2),), a2a3_base, c_a2a_chunk_cat_third_dim),
+        P("b_a2a_chunk_cat_third_dim_reversed", "the same with the received blocks concatenated in reverse rank order", (In("x", (UB, US, H), "sharded", 1),), (("sharded", 2),), a2a3_base, b_a2a_chunk_cat_third_dim_reversed),
+        P("c_t5_relative_buckets_sp", "T5 relative-position buckets (log-bucketed, min-bounded) on sequence-parallel query rows at rank*s/c + arange", (In("x", (S, S), "sharded", 0), In("table", (NB, 1)), rank), sh0, t5_base, c_t5_relative_buckets_sp),
+        P("b_t5_relative_buckets_sp_offset", "T5 buckets with the query positions one past the rank's rows", (In("x", (S, S), "sharded", 0), In("table", (NB, 1)), rank), sh0, t5_base, b_t5_relative_buckets_sp_offset),
+        P("c_vocab_argmax_offset_table", "vocab-parallel argmax: local argmax, global ids from arange(w).reshape + broadcast(w*r), all-gathered values and ids, the first best rank", (In("x", (S, V), "sharded", 1), rank), dup, argmax_base, c_vocab_argmax_offset_table),
+        P("b_vocab_argmax_offset_table_stride", "vocab-parallel argmax whose id offset is r*(w+1)", (In("x", (S, V), "sharded", 1), rank), dup, argmax_base, b_vocab_argmax_offset_table_stride),
+        P("c_cumsum_sharded_dim_scan_carry", "cumsum along the sharded sequence dim: carry = exclusive cumsum of the all-gathered totals, index_select at the rank", (In("x", (S, H), "sharded", 0), In("w", (H, H)), rank), sh0, cs0_base, c_cumsum_sharded_dim_scan_carry),
+        P("b_cumsum_sharded_dim_scan_inclusive", "the same with the inclusive cumsum of the totals: the rank's own total added twice", (In("x", (S, H), "sharded", 0), In("w", (H, H)), rank), sh0, cs0_base, b_cumsum_sharded_dim_scan_inclusive),
+        P("c_gqa_merge_backward", "GQA merge backward: each rank's query-head gradient index_added into KV head rank // 2, all-reduced, against the sum over repeat_interleave's copies", (In("dk", (NH, S, HD), "sharded", 0), rank), dup, gqa_merge_base, c_gqa_merge_backward),
+        P("b_gqa_merge_backward_mod", "GQA merge backward adding into KV head rank % 2 where the heads are interleaved", (In("dk", (NH, S, HD), "sharded", 0), rank), dup, gqa_merge_base, b_gqa_merge_backward_mod),
+        P("c_gqa_tiled_merge_backward", "GQA merge backward with tiled KV heads: each rank adds into KV head rank % 2, all-reduced", (In("dk", (NH, S, HD), "sharded", 0), rank), dup, gqa_merge_tile_base, c_gqa_tiled_merge_backward),
+        P("b_gqa_tiled_merge_backward_div", "GQA merge backward with tiled KV heads adding into rank // 2", (In("dk", (NH, S, HD), "sharded", 0), rank), dup, gqa_merge_tile_base, b_gqa_tiled_merge_backward_div),
     ]
 
 

@@ -1220,6 +1220,61 @@ def selectpartial(rng: random.Random) -> Program:
     form = f"{t} select({'m, x, fill' if then else 'm, fill, x'}) fill {fill}, mask {mask} (k < {thr}), all-reduce over {ar_groups} (groups {groups})"
     return Program("selectpartial", form, base, dist, rel)
 
+# ---- fills through broadcasts of arrays (rules/fillbcast.egg) ------------------------------------
+
+
+def fillbcast(rng: random.Random) -> Program:
+    """LayerNorm's scale and offset as torch-xla lowers a norm without weights: x·s + o with s
+    a vector of ones and o a vector of zeros (a broadcast of a scalar literal, reshaped),
+    broadcast along the feature dim of the rows. The baseline holds x whole and writes the
+    identities, the ranks hold a block of rows (sharded along d) and use x alone. Drawn: the
+    element type (narrow, unsigned, float), the shape, d, the feature dim, the groups, and the
+    defects: a fill of 2 or -1 in place of 1, of 1 in place of 0, the vector read from an input
+    (not a fill), the ones added as an offset too."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    t = rng.choice(["f32", "bf16", "f16", "s32", "s8", "u8", "u16"])
+    rows, feat = c * rng.choice([1, 2]), rng.choice([2, 3, 4])
+    d = rng.choice([0, 1])
+    dims = [rows, feat] if d == 0 else [feat, rows]
+    f = 1 - d  # the feature dim (kept whole on every rank)
+    defect = rng.choice(["none"] * 5 + ["one2", "onem1", "zero1", "input", "offset2"])
+    one = {"one2": "2", "onem1": "-1" if not t.startswith("u") else "2"}.get(defect, "1")
+    zero = "1" if defect == "zero1" else "0"
+    sh = f"{t}[{dims[0]},{dims[1]}]"
+    vec = f"{t}[{feat}]"
+    lines = [f"  %x = {sh} parameter(0)"]
+    params = f"x: {sh}"
+    if defect == "input":
+        params += f", v: {vec}"
+        lines.append(f"  %s = {vec} parameter(1)")
+    else:
+        lines += [f"  %one = {t}[] constant({one})", f"  %one1 = {t}[1] reshape({t}[] %one)",
+                  f"  %one0 = {t}[] reshape({t}[1] %one1)", f"  %s = {vec} broadcast({t}[] %one0), dimensions={{}}"]
+    lines += [f"  %zero = {t}[] constant({zero})", f"  %o = {vec} broadcast({t}[] %zero), dimensions={{}}",
+              f"  %sx = {sh} broadcast({vec} %s), dimensions={{{f}}}", f"  %ox = {sh} broadcast({vec} %o), dimensions={{{f}}}",
+              f"  %m = {sh} multiply({sh} %x, {sh} %sx)", f"  %a = {sh} add({sh} %m, {sh} %ox)"]
+    last = "%a"
+    if defect == "offset2":
+        lines.append(f"  %a2 = {sh} add({sh} %a, {sh} %sx)")  # the scale's ones added as well
+        last = "%a2"
+    lines.append(f"  ROOT %out = {sh} copy({sh} {last})")
+    base = f"HloModule fill_base\n\nENTRY %main ({params}) -> {sh} {{\n" + "\n".join(lines) + "\n}\n"
+    ld = list(dims)
+    ld[d] //= c
+    lsh = f"{t}[{ld[0]},{ld[1]}]"
+    dparams = f"x: {lsh}" + (f", v: {vec}" if defect == "input" else "")
+    dist = (f"HloModule fill_dist\n\nENTRY %main ({dparams}) -> {lsh} {{\n  %x = {lsh} parameter(0)\n"
+            + (f"  %v = {vec} parameter(1)\n" if defect == "input" else "")
+            + f"  ROOT %out = {lsh} copy({lsh} %x)\n}}\n")
+    inputs: list[dict[str, Any]] = [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": d}]
+    if defect == "input":
+        inputs.append({"baseline": 1, "distributed": 1, "relation": "duplicate"})
+    rel = {"groups": groups, "inputs": inputs, "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": d}]}
+    form = f"{t}{dims} rows along {d}, scale {one} offset {zero}, defect {defect} (groups {groups})"
+    return Program("fillbcast", form, base, dist, rel)
+
+
 FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "rankpos": rankpos,
     "argreduce": argreduce,
@@ -1239,6 +1294,7 @@ FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "selectpartial": selectpartial,
     "expertlist": expertlist,
     "modgroup": modgroup,
+    "fillbcast": fillbcast,
 }
 
 

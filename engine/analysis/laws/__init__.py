@@ -50,6 +50,7 @@ from . import (
     core,
     crossentropy,
     expertlist,
+    fillbcast,
     fsdpslice,
     gathercat,
     layout,
@@ -135,6 +136,7 @@ FAMILIES: list[Family] = [
     Family("selectpartial", "selectpartial.egg", selectpartial.TABLES),
     Family("expertlist", "expertlist.egg", expertlist.TABLES, graph_rows=expertlist.graph_rows),
     Family("modgroup", "modgroup.egg", modgroup.TABLES, graph_rows=modgroup.graph_rows),
+    Family("fillbcast", "fillbcast.egg", fillbcast.TABLES, fillbcast.OPCODES, fillbcast.instruction_rows),
 ]
 
 
