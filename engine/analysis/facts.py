@@ -37,7 +37,7 @@ def _mask(m: object) -> str:
 
 
 def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
-    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "gpart", "inrange", "argpair", "argix", "extof", "gext", "gix", "athas", "argcand", "rot", "lrot", "rterm", "rsum", "scof", "pad", "rot2", "rred", "pexp", "osum", "fsdppiece"])
+    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "gpart", "inrange", "argpair", "argix", "extof", "gext", "gix", "athas", "argcand", "rot", "lrot", "rterm", "rsum", "scof", "pad", "rot2", "rred", "pexp", "osum", "fsdppiece", "xcol", "xpair", "xgp", "xpp", "xpd"])
     cls_of_value: dict[object, int] = {}
     classes: dict[int, int] = {}
     members: dict[int, list[int]] = {}
@@ -179,7 +179,24 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
         add(x, xp, f"the sum over key blocks {_mask(s)} relative to the running max over key blocks {_mask(m)}, rows of block (r+{ka}) mod c along dim {e}")
     for name in ("shifted", "below0", "abovew", "outside", "clamped", "vgather", "vmask"):
         for ids, xp, w in tables[name]:
-            add(ids, xp, f"{name}(w={w})")
+            if ids in cls_of_value:
+                add(ids, xp, f"{name}(w={w})")
+            else:
+                # ids is a term of the rules, not an instruction (rules/crossentropy.egg: the
+                # labels reshaped as the ranks reshape them): related for localization only.
+                add_dist_only(xp, f"{name}(w={w}) of reshaped labels", "crossentropy/labels")
+    # The vocab-parallel pick of the labels' log-probabilities (rules/crossentropy.egg): its
+    # intermediates count as related for localization; only the loss relates to the baseline.
+    for _t, xp, w in tables["xcol"]:
+        add_dist_only(xp, f"the labels shifted into this rank's block (w={w})", "crossentropy/pick")
+    for _t, xp, w in tables["xpair"]:
+        add_dist_only(xp, f"(row, label shifted into this rank's block) index pairs (w={w})", "crossentropy/pick")
+    for _s, _t, xp, w in tables["xgp"]:
+        add_dist_only(xp, f"log-probabilities picked in this rank's block (w={w})", "crossentropy/pick")
+    for _s, _t, xp in tables["xpp"]:
+        add_dist_only(xp, "picked log-probabilities, one rank's share (their sum over the ranks is the pick)", "crossentropy/pick")
+    for _s, _t, xp in tables["xpd"]:
+        add_dist_only(xp, "the labels' log-probabilities (summed over the ranks)", "crossentropy/pick")
     # A layer's slice of an FSDP-split input (rules/fsdpslice.egg): a piece of the weight its
     # all-gather restores, related for localization only.
     for (xp,) in tables["fsdppiece"]:
