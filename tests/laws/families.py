@@ -983,7 +983,7 @@ def _expert_select(rng: random.Random) -> Program:
     else:
         dist.append(f"  ROOT %out = {xsh} all-reduce({xsh} %dacc{n}), channel_id=1, replica_groups={_groups_text(g2)}, to_apply=%add\n}}\n")
     rel = {"groups": groups, "inputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"},
-                                        {"baseline": 1, "distributed": 1, "relation": "duplicate"},
+                                        {"baseline": 1, "distributed": 1, "relation": "duplicate", "int_range": [0, e_all]},
                                         {"baseline": 2, "distributed": 2, "relation": "sharded", "dim": 0},
                                         {"distributed": 3, "relation": "rank"}],
            "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}

@@ -16,10 +16,13 @@ same instruction on such a tiled operand (dim a multiplied by c):
 ``xt2(k, kp, a)``            binary pointwise, both operands and the result tiled along a
 ``xtdot(k, kp, a, a2, s)``   dot whose operand s (0 lhs, 1 rhs) has free dim a (neither batch
                              nor contracting), result dim a2; the other operand untouched
-``xsplit(k, kp, s)``         reshapes of one operand shape X: k makes X[s] into (1, X[s]), kp
-                             into (c, X[s]/c) (the received pieces of an all-to-all along s)
-``xmerge(k, kp, a)``         reshapes to one shape Y: k merges (1, N) at (a, a+1) into N, kp
-                             merges (c, N/c) there into N
+``xrs(k, S, T)``              reshape k (either program) from shape S to shape T (shapes as text,
+                             element type included)
+``xa2a(k, s, S, n)``         distributed all-to-all k along s of shape S, n = S[s]
+``xsplit3(kp, s, Y)``        distributed reshape kp from S to S[:s] + (c, S[s]/c) + S[s+1:];
+                             Y = S[:s] + (1, S[s]) + S[s+1:] (the baseline's view of the same
+                             rows with its all-to-all of one rank)
+``xmergep(kp, a)``           distributed reshape merging (c, m) at (a, a+1) into c*m
 ``xlocal(k)``                a signature both programs run that is not a collective: it computes
                              on one rank from that rank's operands alone
 ``xcat(k, kp, d, a, n)``     concatenates along d: k of c*n operands of shape S, kp of n
@@ -41,7 +44,7 @@ if TYPE_CHECKING:
     from ..graph import Graphs
     from ..signature import Dims, Sig
 
-TABLES: tuple[str, ...] = ("xt1", "xtb", "xt2", "xtdot", "xsplit", "xmerge", "xcat", "xlocal")
+TABLES: tuple[str, ...] = ("xt1", "xtb", "xt2", "xtdot", "xcat", "xlocal", "xrs", "xa2a", "xsplit3", "xmergep")
 
 Rows = dict[str, list[tuple[object, ...]]]
 
@@ -73,6 +76,35 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
             rows["xlocal"].append((k,))
         if tiles:
             _rows(rows, node.sig, node.ins.parsed, c, dist)
+    if tiles:
+        for node in g.nodes:
+            if node.sig is not None:
+                _shape_rows(rows, node.side, node.sig, c)
+
+
+def _text(dtype: str, dims: Dims) -> str:
+    return f"{dtype}[{'x'.join(map(str, dims))}]"
+
+
+def _shape_rows(rows: Rows, side: str, sig: Sig, c: int) -> None:
+    """Reshapes of both programs as shapes; the distributed all-to-alls and the reshapes that
+    split or merge the c copies (xrs, xa2a, xsplit3, xmergep)."""
+    if len(sig.ins) != 1:
+        return
+    k, (dtype, src), out = sig.key(), sig.ins[0], sig.out[1]
+    if sig.opcode == "reshape":
+        rows["xrs"].append((k, _text(dtype, src), _text(dtype, out)))
+        if side != "distributed":
+            return
+        for s in range(len(src)):
+            if src[s] % c == 0 and out == (*src[:s], c, src[s] // c, *src[s + 1 :]):
+                rows["xsplit3"].append((k, s, _text(dtype, (*src[:s], 1, src[s], *src[s + 1 :]))))
+        for a in range(len(src) - 1):
+            if src[a] == c and out == (*src[:a], c * src[a + 1], *src[a + 2 :]):
+                rows["xmergep"].append((k, a))
+    elif sig.opcode == "all-to-all" and side == "distributed" and src == out:
+        for s in range(len(src)):
+            rows["xa2a"].append((k, s, _text(dtype, src), src[s]))
 
 
 def _rows(rows: Rows, sig: Sig, parsed: dict[str, object], c: int, dist: set[str]) -> None:
@@ -98,12 +130,6 @@ def _rows(rows: Rows, sig: Sig, parsed: dict[str, object], c: int, dist: set[str
             for a2 in range(len(out)):
                 if prod(src[:a]) == prod(out[:a2]):
                     add("xt1", sig.with_dims([_times(src, a, c)], _times(out, a2, c)), a, a2)
-        for s in range(len(src)):
-            if out == (*src[:s], 1, src[s], *src[s + 1 :]) and src[s] % c == 0:
-                add("xsplit", sig.with_dims([src], (*src[:s], c, src[s] // c, *src[s + 1 :])), s)
-        for a in range(len(src) - 1):
-            if src[a] == 1 and src[a + 1] % c == 0 and out == (*src[:a], src[a + 1], *src[a + 2 :]):
-                add("xmerge", sig.with_dims([(*src[:a], c, src[a + 1] // c, *src[a + 2 :])], out), a)
     elif op == "transpose" and len(ins) == 1:
         perm = _ints(parsed, "dimensions")
         if sorted(perm) == list(range(len(out))):
