@@ -60,6 +60,7 @@ class Stage(nn.Module):
     def __init__(self, hidden: int, layers: int, rank: int, pp: int, microbatches: int, loss: bool, transport: str, variant: str) -> None:
         super().__init__()
         self.rank, self.pp, self.m, self.loss, self.transport, self.variant = rank, pp, microbatches, loss, transport, variant
+        self.scale_grads = False  # TrainStage: divide the accumulated gradients by M instead of each loss
         self.own = stage_layers(rank, pp, layers, variant)
         self.layers = nn.ModuleDict({str(i): Block(hidden) for i in self.own})
         if rank == pp - 1:
@@ -164,6 +165,8 @@ class TrainStage(Stage):
         total: torch.Tensor | None = None
         for mb in range(self.m):
             h = chunks[mb] if self.rank == 0 else self.receive(chunks[mb]).requires_grad_()
+            if self.variant == "stale_activation" and self.rank > 0 and mb > 0:
+                h = inputs[mb - 1]  # BUG-SITE: stale_activation (the stage computes on the previous microbatch's received activation)
             inputs.append(h)
             for i in self.own:
                 h = self.layers[str(i)](h)
@@ -171,7 +174,9 @@ class TrainStage(Stage):
                 self.send(h)
             else:
                 y = self.head(h)
-                h = (y * y).mean() / self.m  # Megatron's schedules: each microbatch's loss / M
+                h = (y * y).mean()
+                if not self.scale_grads:
+                    h = h / self.m  # Megatron's schedules: each microbatch's loss / M
                 total = h if total is None else total + h
             outputs.append(h)
         grads: list[torch.Tensor] | None = None
@@ -189,16 +194,28 @@ class TrainStage(Stage):
             else:
                 grads = [a + b for a, b in zip(grads, got, strict=True)]
         assert grads is not None
+        if self.scale_grads:
+            # torch.distributed.pipelining's default (scale_grads=True): the microbatch losses are
+            # plain means, the accumulated gradients (and the summed loss) divided by M at the end.
+            grads = [g / self.m for g in grads]
+            total = total / self.m if total is not None else None
         return (*grads, total) if total is not None else tuple(grads)
 
 
 def gpipe_train(ctx: BuildContext) -> Pipeline:
     hidden, layers = ctx.knob("hidden", 16), ctx.knob("layers", 4)
     pp, m, batch = ctx.knob("pp", 2), ctx.knob("microbatches", 1), ctx.knob("batch", 8)
+    scale_grads = bool(ctx.knob("scale_grads", False))
     variant = ctx.variant or ""
+
+    def stage(rank: int) -> TrainStage:
+        st = TrainStage(hidden, layers, rank, pp, m, True, "send_recv", variant)
+        st.scale_grads = scale_grads
+        return st
+
     return Pipeline(
         baseline=TrainMlp(hidden, layers),
-        stage=lambda rank: TrainStage(hidden, layers, rank, pp, m, True, "send_recv", variant),
+        stage=stage,
         stages=pp,
         inputs=[Input("x", (batch, hidden))],
     )
