@@ -1316,3 +1316,127 @@ def generate(family: str, count: int, seed: int) -> list[Program]:
         out.append(p)
     return out
 
+
+
+# ---- cross entropy under loss_parallel (rules/crossentropy.egg, section e) ---------------------
+
+
+def crossentropy(rng: random.Random) -> Program:
+    """torch's nll_loss over the whole vocabulary (torch-xla's one-hot form: the sum over both
+    dims of (-oh·x)·(w·oh), w = (t != ignore_index), divided by the sum of w·oh; or the per-row
+    one-hot sums) against DTensor's loss_parallel (labels made safe, compared with the rank's
+    bounds r·w and r·w + w, shifted, picked by a gather of (row, shift) pairs, masked, summed
+    over the ranks by an all-reduce, negated, ignored labels zeroed, summed and divided by the
+    count of kept labels). Drawn: the label type, the float type, the labels' declared range
+    (inside [0, V) or not), ignore_index (outside the range or inside it), sum / mean / per-row,
+    the groups, and a defect: the offset of the next rank or a width off by one, the all-reduce
+    dropped or over other groups, the mean over the rank's own labels or over all n tokens,
+    the negation dropped."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    n = rng.choice([4, 6, 8])
+    ti = rng.choice(["s8", "s16", "s32", "s64"])
+    w = rng.choice([3, 8, 16]) if ti != "s8" else rng.choice([3, 8])
+    v = c * w
+    ft = rng.choice(["f32", "f32", "f16", "bf16"])
+    form = rng.choice(["mean", "mean", "sum", "none"])
+    lo, hi = rng.choice([(0, v)] * 5 + [(0, v + 1), (-1, v), (0, 2 * v)])
+    ig = -100 if rng.random() < 0.8 else rng.choice([0, v - 1])
+    defect = rng.choice(["none"] * 6 + ["offset_next", "width_minus", "no_all_reduce", "other_groups", "local_count", "count_all", "no_negate"])
+    ar_groups = _other_groups(rng, groups) if defect == "other_groups" else groups
+
+    base = [f"  %t = {ti}[{n}] parameter(0)", f"  %x = {ft}[{n},{v}] parameter(1)",
+            f"  %tb = {ti}[{n},{v}] broadcast({ti}[{n}] %t), dimensions={{0}}",
+            f"  %io = {ti}[1,{v}] iota(), iota_dimension=1", f"  %ior = {ti}[{v}] reshape({ti}[1,{v}] %io)",
+            f"  %iob = {ti}[{n},{v}] broadcast({ti}[{v}] %ior), dimensions={{1}}",
+            f"  %eq = pred[{n},{v}] compare({ti}[{n},{v}] %tb, {ti}[{n},{v}] %iob), direction=EQ",
+            f"  %one = {ft}[] constant(1)", f"  %ones = {ft}[{n},{v}] broadcast({ft}[] %one), dimensions={{}}",
+            f"  %zero = {ft}[] constant(0)", f"  %zeros = {ft}[{n},{v}] broadcast({ft}[] %zero), dimensions={{}}",
+            f"  %oh = {ft}[{n},{v}] select(pred[{n},{v}] %eq, {ft}[{n},{v}] %ones, {ft}[{n},{v}] %zeros)",
+            f"  %ne1 = pred[{n},{v}] compare({ft}[{n},{v}] %oh, {ft}[{n},{v}] %ones), direction=NE",
+            f"  %noh = {ft}[{n},{v}] negate({ft}[{n},{v}] %oh)",
+            f"  %prod = {ft}[{n},{v}] multiply({ft}[{n},{v}] %noh, {ft}[{n},{v}] %x)",
+            f"  %s = {ft}[{n},{v}] select(pred[{n},{v}] %ne1, {ft}[{n},{v}] %zeros, {ft}[{n},{v}] %prod)",
+            f"  %ig = {ti}[] constant({ig})", f"  %igb = {ti}[{n}] broadcast({ti}[] %ig), dimensions={{}}",
+            f"  %keep = pred[{n}] compare({ti}[{n}] %t, {ti}[{n}] %igb), direction=NE"]
+    if form == "none":
+        base += [f"  %row = {ft}[{n}] reduce({ft}[{n},{v}] %s, {ft}[] %zero), dimensions={{1}}, to_apply=%add",
+                 f"  %zn = {ft}[{n}] broadcast({ft}[] %zero), dimensions={{}}",
+                 f"  ROOT %loss = {ft}[{n}] select(pred[{n}] %keep, {ft}[{n}] %row, {ft}[{n}] %zn)"]
+    else:
+        base += [f"  %keepb = pred[{n},{v}] broadcast(pred[{n}] %keep), dimensions={{0}}",
+                 f"  %w = {ft}[{n},{v}] select(pred[{n},{v}] %keepb, {ft}[{n},{v}] %ones, {ft}[{n},{v}] %zeros)",
+                 f"  %m = {ft}[{n},{v}] multiply({ft}[{n},{v}] %w, {ft}[{n},{v}] %oh)",
+                 f"  %sm = {ft}[{n},{v}] multiply({ft}[{n},{v}] %s, {ft}[{n},{v}] %m)",
+                 f"  %num = {ft}[] reduce({ft}[{n},{v}] %sm, {ft}[] %zero), dimensions={{0,1}}, to_apply=%add"]
+        if form == "mean":
+            base += [f"  %den = {ft}[] reduce({ft}[{n},{v}] %m, {ft}[] %zero), dimensions={{0,1}}, to_apply=%add",
+                     f"  ROOT %loss = {ft}[] divide({ft}[] %num, {ft}[] %den)"]
+        else:
+            base += [f"  ROOT %loss = {ft}[] copy({ft}[] %num)"]
+    out_t = f"{ft}[{n}]" if form == "none" else f"{ft}[]"
+    baseline = (f"HloModule xent_base\n\n{_reducer('add', 'add', ft)}\nENTRY %main (t: {ti}[{n}], x: {ft}[{n},{v}]) -> {out_t} {{\n"
+                + "\n".join(base) + "\n}\n")
+
+    wc = w - 1 if defect == "width_minus" else w
+    d = ["  %r = s32[] parameter(0)", f"  %t = {ti}[{n}] parameter(1)", f"  %x = {ft}[{n},{w}] parameter(2)",
+         f"  %ig = {ti}[] constant({ig})", f"  %igb = {ti}[{n}] broadcast({ti}[] %ig), dimensions={{}}",
+         f"  %keep = pred[{n}] compare({ti}[{n}] %t, {ti}[{n}] %igb), direction=NE",
+         f"  %zt = {ti}[] constant(0)", f"  %ztb = {ti}[{n}] broadcast({ti}[] %zt), dimensions={{}}",
+         f"  %safe = {ti}[{n}] select(pred[{n}] %keep, {ti}[{n}] %t, {ti}[{n}] %ztb)",
+         f"  %safe2 = {ti}[{n},1] reshape({ti}[{n}] %safe)",
+         f"  %wc = s32[] constant({wc})", "  %off0 = s32[] multiply(s32[] %r, s32[] %wc)"]
+    d.append("  %off32 = s32[] add(s32[] %off0, s32[] %wc)" if defect == "offset_next" else "  %off32 = s32[] copy(s32[] %off0)")
+    d += [f"  %off = {ti}[] convert(s32[] %off32)" if ti != "s32" else "  %off = s32[] copy(s32[] %off32)",
+          f"  %offb = {ti}[{n},1] broadcast({ti}[] %off), dimensions={{}}",
+          f"  %wl = {ti}[] constant({w})", f"  %end = {ti}[] add({ti}[] %off, {ti}[] %wl)",
+          f"  %endb = {ti}[{n},1] broadcast({ti}[] %end), dimensions={{}}",
+          f"  %b0 = pred[{n},1] compare({ti}[{n},1] %safe2, {ti}[{n},1] %offb), direction=LT",
+          f"  %bw = pred[{n},1] compare({ti}[{n},1] %safe2, {ti}[{n},1] %endb), direction=GE",
+          f"  %mask = pred[{n},1] or(pred[{n},1] %b0, pred[{n},1] %bw)",
+          f"  %sh = {ti}[{n},1] subtract({ti}[{n},1] %safe2, {ti}[{n},1] %offb)",
+          f"  %zb = {ti}[{n},1] broadcast({ti}[] %zt), dimensions={{}}",
+          f"  %idx = {ti}[{n},1] select(pred[{n},1] %mask, {ti}[{n},1] %zb, {ti}[{n},1] %sh)",
+          f"  %idxu = u32[{n},1] convert({ti}[{n},1] %idx)", f"  %idx3 = u32[{n},1,1] reshape(u32[{n},1] %idxu)",
+          f"  %rows = u32[{n},1,1] iota(), iota_dimension=0",
+          f"  %pairs = u32[{n},1,2] concatenate(u32[{n},1,1] %rows, u32[{n},1,1] %idx3), dimensions={{2}}",
+          f"  %g = {ft}[{n},1] gather({ft}[{n},{w}] %x, u32[{n},1,2] %pairs), offset_dims={{}}, collapsed_slice_dims={{0,1}}, start_index_map={{0,1}}, index_vector_dim=2, slice_sizes={{1,1}}",
+          f"  %fz = {ft}[] constant(0)", f"  %fzb = {ft}[{n},1] broadcast({ft}[] %fz), dimensions={{}}",
+          f"  %p = {ft}[{n},1] select(pred[{n},1] %mask, {ft}[{n},1] %fzb, {ft}[{n},1] %g)"]
+    d.append(f"  %q = {ft}[{n},1] copy({ft}[{n},1] %p)" if defect == "no_all_reduce" else
+             f"  %q = {ft}[{n},1] all-reduce({ft}[{n},1] %p), channel_id=1, replica_groups={_groups_text(ar_groups)}, use_global_device_ids=true, to_apply=%add")
+    d += [f"  %q1 = {ft}[{n}] reshape({ft}[{n},1] %q)",
+          f"  %nq = {ft}[{n}] negate({ft}[{n}] %q1)" if defect != "no_negate" else f"  %nq = {ft}[{n}] copy({ft}[{n}] %q1)",
+          f"  %fzn = {ft}[{n}] broadcast({ft}[] %fz), dimensions={{}}",
+          f"  %l = {ft}[{n}] select(pred[{n}] %keep, {ft}[{n}] %nq, {ft}[{n}] %fzn)"]
+    if form == "none":
+        d.append(f"  ROOT %loss = {ft}[{n}] copy({ft}[{n}] %l)")
+    else:
+        d.append(f"  %sum = {ft}[] reduce({ft}[{n}] %l, {ft}[] %fz), dimensions={{0}}, to_apply=%add")
+        if form == "sum":
+            d.append(f"  ROOT %loss = {ft}[] copy({ft}[] %sum)")
+        else:
+            kept = "%keep"
+            if defect == "local_count":
+                d += [f"  %mr = pred[{n}] reshape(pred[{n},1] %mask)", f"  %nm = pred[{n}] not(pred[{n}] %mr)",
+                      f"  %kl = pred[{n}] and(pred[{n}] %keep, pred[{n}] %nm)"]
+                kept = "%kl"
+            if defect == "count_all":
+                d.append(f"  %cntf = {ft}[] constant({n})")
+            else:
+                d += [f"  %kc = s64[{n}] convert(pred[{n}] {kept})", "  %zi = s64[] constant(0)",
+                      f"  %cnt = s64[] reduce(s64[{n}] %kc, s64[] %zi), dimensions={{0}}, to_apply=%addi",
+                      f"  %cntf = {ft}[] convert(s64[] %cnt)"]
+            d.append(f"  ROOT %loss = {ft}[] divide({ft}[] %sum, {ft}[] %cntf)")
+    dist = (f"HloModule xent_dist\n\n{_reducer('add', 'add', ft)}\n{_reducer('addi', 'add', 's64')}\n"
+            f"ENTRY %main (r: s32[], t: {ti}[{n}], x: {ft}[{n},{w}]) -> {out_t} {{\n" + "\n".join(d) + "\n}\n")
+    rel = {"groups": groups, "inputs": [{"distributed": 0, "relation": "rank"},
+                                        {"baseline": 0, "distributed": 1, "relation": "duplicate", "int_range": [lo, hi]},
+                                        {"baseline": 1, "distributed": 2, "relation": "sharded", "dim": 1}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    desc = (f"{form} over n={n} V={v} (c={c}, w={w}) labels {ti} in [{lo}, {hi}) ignore {ig}, {ft}, defect {defect}, "
+            f"all-reduce over {ar_groups} (groups {groups})")
+    return Program("crossentropy", desc, baseline, dist, rel)
+
+
+FAMILIES["crossentropy"] = crossentropy
