@@ -1275,6 +1275,56 @@ def fillbcast(rng: random.Random) -> Program:
     return Program("fillbcast", form, base, dist, rel)
 
 
+# ---- prefix-sum carry as an exclusive scan of gathered totals (rules/scancarry.egg) -------------
+
+
+def scancarry(rng: random.Random) -> Program:
+    """cumsum along a sharded dim: rank r adds to its local prefix sum the carry (S - T)[r], T the
+    all-gathered block totals (stacked along a new dim), S their inclusive prefix (a
+    reduce-window), picked at the rank by a gather. Drawn: the element type (narrow ints that
+    wrap, unsigned, floats: the subtraction is exact only for ints), the block size, the groups,
+    and the defects: the inclusive scan (no subtraction), the pick at r + 1 or at 0, the local
+    total subtracted instead of the stack, a window one short."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    t = rng.choice(["s32", "s8", "u8", "u16", "s16", "f32"])
+    w, h = rng.choice([1, 2, 3]), rng.choice([1, 2, 2, 3])
+    n = c * w
+    defect = rng.choice(["none"] * 5 + ["inclusive", "pick1", "pick0", "localsub", "short"])
+    red = _reducer("add", "add", t)
+    win = c - 1 if defect == "short" else c
+    base = (f"HloModule scan_base\n\n{red}\nENTRY %main (x: {t}[{n},{h}]) -> {t}[{n},{h}] {{\n  %x = {t}[{n},{h}] parameter(0)\n"
+            f"  %z = {t}[] constant(0)\n  ROOT %y = {t}[{n},{h}] reduce-window({t}[{n},{h}] %x, {t}[] %z), window={{size={n}x1 pad={n - 1}_0x0_0}}, to_apply=%add\n}}\n")
+    lines = ["  %r = s32[] parameter(0)", f"  %x = {t}[{w},{h}] parameter(1)", f"  %z = {t}[] constant(0)",
+             f"  %loc = {t}[{w},{h}] reduce-window({t}[{w},{h}] %x, {t}[] %z), window={{size={w}x1 pad={w - 1}_0x0_0}}, to_apply=%add",
+             f"  %tot = {t}[{h}] reduce({t}[{w},{h}] %x, {t}[] %z), dimensions={{0}}, to_apply=%add",
+             f"  %tot1 = {t}[1,{h}] reshape({t}[{h}] %tot)",
+             f"  %g = {t}[{c},{h}] all-gather({t}[1,{h}] %tot1), channel_id=1, replica_groups={_groups_text(groups)}, dimensions={{0}}",
+             f"  %s = {t}[{c},{h}] reduce-window({t}[{c},{h}] %g, {t}[] %z), window={{size={win}x1 pad={win - 1}_0x0_0}}, to_apply=%add"]
+    sub = "%g"
+    if defect == "localsub":
+        lines.append(f"  %tb = {t}[{c},{h}] broadcast({t}[{h}] %tot), dimensions={{1}}")
+        sub = "%tb"
+    if defect == "inclusive":
+        lines.append(f"  %e = {t}[{c},{h}] copy({t}[{c},{h}] %s)")
+    else:
+        lines.append(f"  %e = {t}[{c},{h}] subtract({t}[{c},{h}] %s, {t}[{c},{h}] {sub})")
+    if defect == "pick1":
+        lines += ["  %one = s32[] constant(1)", "  %rp = s32[] add(s32[] %r, s32[] %one)"]
+    elif defect == "pick0":
+        lines += ["  %rp = s32[] constant(0)"]
+    else:
+        lines += ["  %rp = s32[] copy(s32[] %r)"]
+    lines += ["  %i = s32[1] reshape(s32[] %rp)",
+              f"  %o1 = {t}[1,{h}] gather({t}[{c},{h}] %e, s32[1] %i), offset_dims={{1}}, collapsed_slice_dims={{0}}, start_index_map={{0}}, index_vector_dim=1, slice_sizes={{1,{h}}}",
+              f"  %o = {t}[{h}] reshape({t}[1,{h}] %o1)", f"  %ob = {t}[{w},{h}] broadcast({t}[{h}] %o), dimensions={{1}}",
+              f"  ROOT %y = {t}[{w},{h}] add({t}[{w},{h}] %loc, {t}[{w},{h}] %ob)"]
+    dist = f"HloModule scan_dist\n\n{red}\nENTRY %main (r: s32[], x: {t}[{w},{h}]) -> {t}[{w},{h}] {{\n" + "\n".join(lines) + "\n}\n"
+    rel = {"groups": groups, "inputs": [{"distributed": 0, "relation": "rank"}, {"baseline": 0, "distributed": 1, "relation": "sharded", "dim": 0}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 0}]}
+    return Program("scancarry", f"{t}[{n},{h}] blocks of {w}, defect {defect} (groups {groups})", base, dist, rel)
+
+
 FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "rankpos": rankpos,
     "argreduce": argreduce,
@@ -1295,6 +1345,7 @@ FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "expertlist": expertlist,
     "modgroup": modgroup,
     "fillbcast": fillbcast,
+    "scancarry": scancarry,
 }
 
 

@@ -65,6 +65,7 @@ from . import (
     ring,
     ringrun,
     scaling,
+    scancarry,
     scatter,
     selectpartial,
     slicing,
@@ -137,6 +138,7 @@ FAMILIES: list[Family] = [
     Family("expertlist", "expertlist.egg", expertlist.TABLES, graph_rows=expertlist.graph_rows),
     Family("modgroup", "modgroup.egg", modgroup.TABLES, graph_rows=modgroup.graph_rows),
     Family("fillbcast", "fillbcast.egg", fillbcast.TABLES, fillbcast.OPCODES, fillbcast.instruction_rows),
+    Family("scancarry", "scancarry.egg", scancarry.TABLES, scancarry.OPCODES, scancarry.instruction_rows),
 ]
 
 
