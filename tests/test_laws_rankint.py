@@ -101,6 +101,24 @@ def test_rows_only_for_values_equal_on_every_rank() -> None:
     assert {"pos", "row", "m"} <= {good.nodes[d].ins.name for _b, d, _e in good.rows["rkshard"]}
 
 
+def test_rank_scalar_through_a_narrowing_convert() -> None:
+    """convert(r·w) to a narrower int type (JAX narrows the vocab offset to the ids' type) is
+    evaluated per rank: r·30 in s8 is affine (0, 30, 60, 90), r·50 wraps on rank 3 (150 is -106
+    in s8) and gets no affine fact; a widening convert is left to the rules (rules/slicing.egg)."""
+    spec = load_relations_text("groups: [[0, 1, 2, 3]]\ninputs:\n  - {distributed: 0, relation: rank}\noutputs:\n  - {baseline: 0, distributed: 0, relation: duplicate}\n")
+    base = parse_hlo("HloModule b\n\nENTRY main {\n  ROOT z = s8[] constant(0)\n}\n")
+
+    def rows(w: int, to: str) -> list[tuple[object, ...]]:
+        text = f"HloModule d\n\nENTRY main {{\n  r = s32[] parameter(0)\n  w = s32[] constant({w})\n  m = s32[] multiply(r, w)\n  ROOT v = {to}[] convert(m)\n}}\n"
+        g = build(spec, base, parse_hlo(text), {"r"})
+        v = g.by_name[("distributed", "v")]
+        return [row[1:] for row in g.rows["rkaff"] if row[0] == v]
+
+    assert rows(30, "s8") == [(30, 0)]
+    assert rows(50, "s8") == []
+    assert rows(30, "s64") == []  # widening: affine-widen (rules/slicing.egg) follows it
+
+
 def load_relations_text(text: str) -> Any:
     from shardproof.engine.relations import parse_relations
 
