@@ -225,12 +225,26 @@ def build(
 # Phase 2: verify, one fresh process per run
 
 
-def check_once(folder: Path, timeout: float) -> dict[str, Any]:
+# ``--without``: the check process unregisters these law families before anything loads the
+# rules (their rules files are not loaded, their hooks not called): what a family costs.
+WITHOUT = """import runpy, sys
+from shardproof.engine.analysis import laws
+drop = set(sys.argv.pop(1).split(","))
+unknown = drop - {f.name for f in laws.FAMILIES}
+if unknown:
+    sys.exit(f"--without: no law family {sorted(unknown)}")
+laws.FAMILIES[:] = [f for f in laws.FAMILIES if f.name not in drop]
+runpy.run_module("shardproof.engine.cli", run_name="__main__", alter_sys=True)
+"""
+
+
+def check_once(folder: Path, timeout: float, without: str = "") -> dict[str, Any]:
     """One ``shardproof check`` process on the pair in ``folder``: verdict, timings, peak RSS."""
     result = folder / "check.json"
     result.unlink(missing_ok=True)
+    start = [sys.executable, "-c", WITHOUT, without] if without else [sys.executable, "-m", "shardproof.engine.cli"]
     cmd = [
-        sys.executable, "-m", "shardproof.engine.cli", "check",
+        *start, "check",
         str(folder / "baseline.hlo"), str(folder / "distributed.hlo"),
         "--relations", str(folder / "relations.yaml"), "--sourcemap", str(folder / "sourcemap.json"),
         "--json", str(result),
@@ -496,6 +510,12 @@ def main(argv: list[str] | None = None) -> int:
         help="time cap per verification process, seconds",
     )
     parser.add_argument("--json", type=Path, help="write the measurements here")
+    parser.add_argument(
+        "--without",
+        default="",
+        help="comma-separated law families to leave out of every check (engine/analysis/laws: "
+        "e.g. rankint,modgroup, the per-rank evaluation), to measure what they cost",
+    )
     args = parser.parse_args(argv)
     pairs = PAIRS
     if args.only:
@@ -506,7 +526,8 @@ def main(argv: list[str] | None = None) -> int:
         pairs = [p for p in PAIRS if p.name in names]
 
     print(
-        f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)",
+        f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)"
+        + (f"; law families left out: {args.without}" if args.without else ""),
         flush=True,
     )
     started = time.perf_counter()
@@ -524,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
         for run in range(args.runs):
             for m in measured.values():
                 if m.build_error is None:
-                    r = check_once(out / m.pair.name, args.check_timeout)
+                    r = check_once(out / m.pair.name, args.check_timeout, args.without)
                     r["load"] = os.getloadavg()[0]
                     loads.append(r["load"])
                     m.runs.append(r)
