@@ -215,7 +215,7 @@ class Tables:
     # -- baseline signatures -------------------------------------------------------------------
     def baseline(self, sig: Sig, ins: Instruction, init_identities: Iterable[str] = (), block_specs: Iterable[tuple[int, ...]] = ()) -> None:
         """``init_identities``: the reducers a reduce's init literal is an identity of (its
-        exact value compared, graph._identity_of)."""
+        exact value compared, values.identity_of)."""
         op, c = sig.opcode, self.c
         k = sig.key()
         ins_dims = [d for _, d in sig.ins]

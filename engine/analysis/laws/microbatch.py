@@ -3,7 +3,7 @@ through the same row-wise layers, and joined back in order (forwards), or reduce
 and summed over the blocks (losses averaged over microbatches, gradients accumulated).
 
 For every baseline signature and every block count n that a distributed literal slice cuts
-(``sliceblock`` rows, graph._slice_blocks), the signature of the same instruction on one block:
+(``sliceblock`` rows, laws/unroll._slice_blocks), the signature of the same instruction on one block:
 
 ``mbu(k, d, n, kp)``       unary pointwise k on dim d cut into n blocks is kp
 ``mbb(k, d, n, kp)``       binary pointwise with operands of one shape
