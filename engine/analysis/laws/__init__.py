@@ -32,8 +32,8 @@ To add a family (graph.py, egg.py and the other families stay untouched):
 
 Every hook appends tuples to ``rows[table]`` for its own TABLES only; build deduplicates and
 sorts them. Rules-only families (tables filled by an earlier family, or none) register with
-``()``. Example, the whole of one family: ``git show --stat`` of the commit adding
-rules/neutral.egg (one .egg, one module, one line here, one property generator).
+``()``. Example, the whole of one family: ``git show --stat d0b7832`` (modgroup: rules/modgroup.egg,
+engine/analysis/laws/modgroup.py, its line here, its generator in tests/laws/families.py).
 """
 
 from __future__ import annotations
