@@ -147,3 +147,78 @@ def test_cross_entropy_3d_bug_diverges(pair_3d: Path, tmp_path: Path, bug: str) 
     r = _check_3d(pair_3d, tmp_path, text, "auto")
     assert r.verdict == DIVERGED, (bug, r.verdict, r.reason)
     assert r.witness is not None and r.witness["status"] == "confirmed", r.witness
+
+
+# ---- DTensor's loss_parallel (rules/crossentropy.egg, section e): the decoder of
+# examples/dtensor with one block, its cross entropy under loss_parallel (labels compared with the
+# rank's bounds, picked by MaskPartial, the mean over count(labels != -100)) against torch's
+# nll_loss over the whole vocabulary; the twins patch loss_parallel's forward
+# (examples/dtensor/loss_bugs.py), each diverged at its line with the witness confirming it.
+
+_LOSS_CONFIG = """\
+version: 1
+root: {root}
+python_path: [{dtensor}]
+defaults: {{tp: 4, rank: int, timeout: 300, memory_mb: 4096, size: {{layers: 1, loss: true}}}}
+models:
+  - name: decoder_loss_tp4
+    entry: models:decoder
+  - name: bug_loss_label_offset
+    entry: models:decoder
+    variant: label_offset_next_shard
+    verify: {{partition: false}}
+    expect: diverged
+  - name: bug_loss_picks_not_reduced
+    entry: models:decoder
+    variant: picks_not_reduced
+    size: {{sequence_parallel: true}}
+    verify: {{partition: false}}
+    expect: diverged
+  - name: bug_loss_local_count
+    entry: models:decoder
+    variant: local_count
+    verify: {{partition: false}}
+    expect: diverged
+"""
+
+
+@pytest.fixture(scope="module")
+def loss_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    pytest.importorskip("torch_xla")
+    from config_runs import run_template
+
+    summary, _out = run_template(tmp_path_factory.mktemp("xent_dtensor"), ".shardproof.yml", _LOSS_CONFIG, dtensor=ROOT / "examples" / "dtensor")
+    return {m["name"]: m for m in summary["models"]}
+
+
+def _line_of(marker: str) -> int:
+    lines = (ROOT / "examples" / "dtensor" / "loss_bugs.py").read_text().splitlines()
+    return next(i for i, text in enumerate(lines, 1) if marker in text)
+
+
+def test_loss_parallel_cross_entropy_verifies(loss_report: dict[str, object]) -> None:
+    model = loss_report["decoder_loss_tp4"]
+    assert isinstance(model, dict)
+    assert model["status"] == "verified", (model["build"]["error"], model.get("result", {}).get("reason"))
+    # the mean's numerator is this family's law (the sum of the negated picks)
+    assert "crossentropy/sum-of-negated-picks" in str(model["result"]["trace"])
+
+
+@pytest.mark.parametrize(
+    ("name", "marker"),
+    [
+        # the labels shifted by the next rank's offset: the shift itself
+        ("bug_loss_label_offset", "# BUG-SITE: label_offset_next_shard"),
+        # the all-reduce dropped: its first use, the negated picks
+        ("bug_loss_picks_not_reduced", "loss = torch.where(kept, -pick.squeeze(1), 0.0)"),
+        # the mean over the rank's own labels: the count
+        ("bug_loss_local_count", "# BUG-SITE: local_count"),
+    ],
+)
+def test_loss_parallel_bugs_diverge_at_their_line(loss_report: dict[str, object], name: str, marker: str) -> None:
+    model = loss_report[name]
+    assert isinstance(model, dict)
+    result = model["result"]
+    assert model["status"] == "diverged" and result["witness"]["status"] == "confirmed", result["reason"]
+    source = result["divergences"][0]["source"]
+    assert (source["file"], source["line"]) == ("examples/dtensor/loss_bugs.py", _line_of(marker)), source
