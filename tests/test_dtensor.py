@@ -68,6 +68,29 @@ def test_placements_no_relation_describes_are_errors(placed: Placed, full: tuple
         param_relation("w", placed, full, local, groups)
 
 
+DP_TP = ((0, 2), (0, 1))  # rank 0's groups on a (dp, tp) = (2, 2) mesh
+DP_TP_ALL = (((0, 2), (1, 3)), ((0, 1), (2, 3)))
+
+
+def test_fsdp_over_tensor_parallel_is_gathered_over_the_dp_groups() -> None:
+    both = Placed((("shard", 0), ("shard", 1)), DP_TP, ("dp", "tp"), "(...)", all_groups=DP_TP_ALL)
+    rel = param_relation("w_in", both, (32, 64), (16, 32), TP2)
+    assert (rel.relation, rel.dim, rel.gathered) == ("sharded", 1, (0, ((0, 2), (1, 3))))
+    bias = Placed((("shard", 0), ("replicate", None)), DP_TP, ("dp", "tp"), "(...)", all_groups=DP_TP_ALL)
+    assert param_relation("bias", bias, (32,), (16,), TP2).gathered == (0, ((0, 2), (1, 3)))
+    # the same dim over dp and tp: DTensor cuts dp outside the tp pieces, a gathered relation inside
+    same = Placed((("shard", 0), ("shard", 0)), DP_TP, ("dp", "tp"), "(...)", all_groups=DP_TP_ALL)
+    with pytest.raises(PlacementError, match="DTensor nests the 'dp' cut outside the other"):
+        param_relation("w", same, (64, 32), (16, 32), TP2)
+    # a local shape that is not the two cuts
+    with pytest.raises(PlacementError, match=re.escape("should hold [32, 32] of the baseline's [32, 64], but it holds [16, 32] once its 2 blocks along dim 0 are gathered over 'dp' (it holds [8, 32])")):
+        param_relation("w_in", both, (32, 64), (8, 32), TP2)
+    # partial over dp (no FSDP): still no relation
+    partial = Placed((("partial", None), ("shard", 1)), DP_TP, ("dp", "tp"), "(...)", all_groups=DP_TP_ALL)
+    with pytest.raises(PlacementError, match="over mesh dims dp, tp at once"):
+        param_relation("w", partial, (32, 64), (32, 32), TP2)
+
+
 def test_input_relations_from_from_local_placements() -> None:
     seq = _placed(("shard", 1))
     # declared and placed alike; without a declaration (and no plan) the placement decides
@@ -132,6 +155,17 @@ models:
     entry: models:fused_mlp
     variant: fused_colwise
     expect: diverged
+  - name: fully_sharded
+    entry: models:fully_sharded
+    groups: [[0, 1], [2, 3]]
+  - name: fsdp_dp2_tp2
+    entry: models:fsdp_tp
+    groups: [[0, 1], [2, 3]]
+  - name: bug_fsdp_gather_over_tp
+    entry: models:fsdp_tp
+    groups: [[0, 1], [2, 3]]
+    variant: gather_over_tp
+    expect: diverged
 """
 
 
@@ -187,6 +221,21 @@ def test_a_style_swap_that_builds_is_diverged_and_its_correct_plan_verified(repo
     assert (source["file"], source["line"]) == ("examples/dtensor/models.py", use), source
 
 
+def test_fsdp_over_tensor_parallel_verifies_and_a_gather_over_the_wrong_mesh_dim_diverges(report: tuple[dict[str, Any], Path]) -> None:
+    summary, out = report
+    model = _entry(summary, "fsdp_dp2_tp2")
+    assert model["status"] == "verified", (model["build"]["error"], model.get("result", {}).get("reason"))
+    relations = (out / "fsdp_dp2_tp2" / "relations.yaml").read_text()
+    assert "relation: sharded, dim: 1, gathered: {dim: 0, groups: [[0, 2], [1, 3]]}}  # w_in: f32[32,64] -> f32[16,32] (placement (Shard(dim=0), Shard(dim=1)) on mesh (dp=2, tp=2), gathered over 'dp')" in relations
+    bug = _entry(summary, "bug_fsdp_gather_over_tp")
+    result = bug["result"]
+    assert bug["status"] == "diverged" and result["witness"]["status"] == "confirmed", result["reason"]
+    lines = (ROOT / "examples" / "dtensor" / "models.py").read_text().splitlines()
+    site = next(i for i, text in enumerate(lines, 1) if "# BUG-SITE: gather_over_tp" in text)
+    source = result["divergences"][0]["source"]
+    assert (source["file"], source["line"]) == ("examples/dtensor/models.py", site), source
+
+
 @pytest.mark.parametrize(
     ("name", "where", "message"),
     [
@@ -194,6 +243,7 @@ def test_a_style_swap_that_builds_is_diverged_and_its_correct_plan_verified(repo
         ("big_mesh", "models[4].tp", "device mesh of shape (8,) (8 ranks), but its world has 4 rank(s)"),
         ("bad_plan_key", "models[5].entry", "Parallelize plan key 'down_proj' could not be resolved"),
         ("xla_mesh", "models[6].entry", "an 'xla' device mesh, which sends DTensor to torch-xla's SPMD partitioner"),
+        ("fully_sharded", "models[10].entry", "'the model' is wrapped by fully_shard (FSDP2), which is not hosted yet"),
         ("input_declared_sharded", "models[7].entry", "input 'x' is declared Input(shard=1), so each rank holds a piece of the baseline's [2, 8, 32], but DTensor.from_local places it (Replicate()) on mesh (tp=4): replicated, so DTensor takes each rank's piece for the whole tensor; declare it without shard= or place it Shard(1) (DTensor.from_local at models.py:"),
     ],
 )

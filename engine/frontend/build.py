@@ -684,6 +684,8 @@ def _relations(request: BuildRequest, decl: Model, plan: Plan, base: Side, dist:
             fields.append(f"dim: {rel.dim}")
             if rel.blocks:
                 fields.append(f"blocks: {json.dumps(list(rel.blocks))}")
+        if rel.gathered is not None:
+            fields.append(f"gathered: {{dim: {rel.gathered[0]}, groups: {json.dumps([list(g) for g in rel.gathered[1]])}}}")
         tname = _type_name(bt.dtype)
         shapes = _shape_text(tname, full) if full == local else f"{_shape_text(tname, full)} -> {_shape_text(tname, local)}"
         entry(b, d, fields, f"{name}: {shapes}" + (f" ({rel.source})" if rel.source else ""))

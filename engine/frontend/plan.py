@@ -66,6 +66,9 @@ class ParamRelation:
     blocks: tuple[int, ...] = ()
     source: str = ""  # the plan key that decided it ("" = default: replicated)
     width: int | None = None  # padded: the per-rank extent along dim
+    # FSDP on top (DTensor: Shard(d) over a mesh dim that is not the model's groups): each
+    # device holds its rank's value cut in len(group) blocks along dim, gathered over these groups.
+    gathered: tuple[int, tuple[tuple[int, ...], ...]] | None = None
 
     def describe(self) -> str:
         if self.relation == "padded":

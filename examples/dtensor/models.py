@@ -22,8 +22,9 @@ import loss_bugs
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.distributed._functional_collectives import all_reduce
+from torch.distributed._functional_collectives import all_gather_tensor, all_reduce
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
@@ -283,6 +284,61 @@ def manual_2d(ctx: BuildContext) -> Model:
         return ManualRowwise(dim, hidden, mesh, ctx.variant)
 
     return Model(baseline=ManualRowwise(dim, hidden, None, None), distributed=distributed, inputs=[Input("x", (2, 8, dim))])
+
+
+class FSDPTensorParallelMLP(nn.Module):
+    """FSDP x TP on DTensor's lower-level API. Both weights are [dim, hidden] (w_in read as
+    ``x @ w_in``, w_out as ``h @ w_out.T``, GPT-2's layout), distributed with two placements on a
+    (dp, tp) mesh: Shard(0) over dp (FSDP: each rank stores half of its TP piece) and Shard(1)
+    over tp. The forward gathers each weight over dp (redistribute to Replicate() on dp; the
+    bias by a functional all-gather over mesh dim 0), computes with its TP piece, and
+    all-reduces the partial sums over tp."""
+
+    def __init__(self, dim: int, hidden: int, mesh: DeviceMesh | None, variant: str | None = None) -> None:
+        super().__init__()
+        self.mesh = mesh
+        self.variant = variant
+        w_in, w_out, bias = torch.empty(dim, hidden), torch.empty(dim, hidden), torch.empty(dim)
+        if mesh is not None:
+            w_in = distribute_tensor(w_in, mesh, [Shard(0), Shard(1)])
+            w_out = distribute_tensor(w_out, mesh, [Shard(0), Shard(1)])
+            bias = distribute_tensor(bias, mesh, [Shard(0), Replicate()])
+        self.w_in = nn.Parameter(w_in)
+        self.w_out = nn.Parameter(w_out)
+        self.bias = nn.Parameter(bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.mesh is None:
+            return F.gelu(x @ self.w_in) @ self.w_out.t() + self.bias
+        unsharded = [Replicate(), Shard(1)]  # FSDP's all-gather over dp, the TP piece kept
+        w_in = self.w_in.redistribute(self.mesh, unsharded).to_local()
+        w_out = self.w_out.redistribute(self.mesh, unsharded).to_local()
+        bias = all_gather_tensor(self.bias.to_local(), 0, (self.mesh, 1 if self.variant == "gather_over_tp" else 0))  # BUG-SITE: gather_over_tp
+        partial = F.gelu(x @ w_in) @ w_out.t()
+        return all_reduce(partial, "sum", (self.mesh, 1)) + bias
+
+
+def fsdp_tp(ctx: BuildContext) -> Model:
+    """FSDP x TP: parameters sharded over both dims of a (dp, tp) mesh."""
+    dim, hidden = ctx.knob("dim", 32), ctx.knob("hidden", 64)
+    dp = ctx.knob("dp", 2)
+
+    def distributed(rank: int) -> nn.Module:
+        return FSDPTensorParallelMLP(dim, hidden, init_device_mesh("cpu", (dp, ctx.tp), mesh_dim_names=("dp", "tp")), ctx.variant)
+
+    return Model(baseline=FSDPTensorParallelMLP(dim, hidden, None), distributed=distributed, inputs=[Input("x", (2, 8, dim))])
+
+
+def fully_sharded(ctx: BuildContext) -> Model:
+    """Not hosted yet (a clear error): fully_shard (FSDP2) over the dp dim of a TP model."""
+    dim, hidden = ctx.knob("dim", 32), ctx.knob("hidden", 64)
+
+    def distributed(rank: int) -> nn.Module:
+        mesh = init_device_mesh("cpu", (2, ctx.tp), mesh_dim_names=("dp", "tp"))
+        model = parallelize_module(MLP(dim, hidden), mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()})
+        return fully_shard(model, mesh=mesh["dp"])
+
+    return Model(baseline=MLP(dim, hidden), distributed=distributed, inputs=[Input("x", (2, 8, dim))])
 
 
 def block(ctx: BuildContext) -> Model:

@@ -198,7 +198,10 @@ def _placed_on(mesh: Any, placements: tuple[Any, ...], ndim: int) -> Placed:
     text = "(" + ", ".join(repr(p) for p in placements) + ")"
     if split > 1 and sum(1 for kind, _ in kinds if kind != "replicate") > 1:
         raise _declaration_error(f"a DTensor is placed {text}: a strided shard next to other shards (FSDP x TP) has no relation here", "entry")
-    return Placed(tuple(kinds), groups, tuple(names), text, reduce, split)
+    ranks = mesh.mesh
+    every = tuple(tuple(tuple(int(r) for r in row) for row in ranks.movedim(i, -1).reshape(-1, ranks.shape[i]).tolist()) for i in range(mesh.ndim))
+    return Placed(tuple(kinds), groups, tuple(names), text, reduce, split, every)
+
 
 
 def _loss_targets() -> type:
@@ -228,6 +231,26 @@ def _loss_targets() -> type:
     return LossTargets
 
 
+def _refuse_fully_shard(module: Any) -> None:
+    """FSDP2 (``fully_shard``) is not hosted: its pre-forward hook copies every parameter of a
+    group into one flat buffer and all-gathers that (``foreach_all_gather``, whose copy-in op
+    crashes torch-xla on placeholders), so no all-gather of a parameter itself, which the
+    ``gathered`` relation binds, would exist. FSDP written on DTensor (parameters distributed
+    over (dp, tp) and redistributed to Replicate() on dp in the forward) is hosted."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    kind = getattr(fsdp, "FSDPModule", None) if fsdp is not None else None
+    if kind is None or not hasattr(module, "named_modules"):
+        return
+    wrapped = [name or "the model" for name, sub in module.named_modules() if isinstance(sub, kind)]
+    if wrapped:
+        raise _declaration_error(
+            f"{wrapped[0]!r} is wrapped by fully_shard (FSDP2), which is not hosted yet: its forward all-gathers one flat buffer of copied parameters "
+            "(foreach_all_gather), not the parameters; write FSDP on DTensor instead (distribute_tensor(w, mesh, [Shard(0), Shard(d)]) and "
+            "w.redistribute(mesh, [Replicate(), Shard(d)]) in the forward: the relation is then 'gathered' over the dp groups)",
+            "entry",
+        )
+
+
 def _check_even(name: str, placed: Placed, full: tuple[int, ...]) -> None:
     """A shard that does not divide its dim is a declaration error before anything is traced:
     DTensor gives the ranks unequal pieces (torch.chunk), and a rank's ``from_local`` of an
@@ -252,6 +275,7 @@ class Hosting:
         self.args = dict(args or {})
         self.input_placements: dict[str, Placed] = {}
         self.dtensors: dict[str, Any] = {}
+        _refuse_fully_shard(module)
         if _dtensor_class() is not None and module is not None and hasattr(module, "named_parameters"):
             state = {**dict(module.named_parameters()), **dict(module.named_buffers())}
             self.dtensors = {name: t for name, t in state.items() if is_dtensor(t)}

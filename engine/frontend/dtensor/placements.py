@@ -13,9 +13,11 @@ names the tensor, its placements and both shapes:
   would hold different extents, which no relation describes);
 - a sharding over a mesh dim whose groups are not the model's (a ``(dp, tp)`` mesh with the
   model declared over the dp groups, or a mesh of a shape the configuration did not declare);
-- shards over two mesh dims at once (FSDP x TP), or a ``Partial`` parameter: no relation of
-  the verifier holds them (a strided shard, ``_StridedShard(d, split_factor=k)``, over the one
-  sharding mesh dim is the ``blocks`` relation: k equal blocks of dim d, each sharded);
+- shards over two mesh dims at once other than FSDP x TP (a shard over one mesh dim outside
+  the model's groups, of another dim than the model's shard: the relation is ``gathered`` over
+  that mesh dim's groups), or a ``Partial`` parameter: no relation of the verifier holds them
+  (a strided shard, ``_StridedShard(d, split_factor=k)``, over the one sharding mesh dim is the
+  ``blocks`` relation: k equal blocks of dim d, each sharded);
 - a local shape that is not the baseline's shape cut by the placement.
 
 This module is pure: the host (``host.py``) reads the placements off the DTensors into
@@ -25,7 +27,7 @@ This module is pure: the host (``host.py``) reads the placements off the DTensor
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..plan import ParamRelation
 
@@ -51,6 +53,9 @@ class Placed:
     # A strided shard (``_StridedShard(d, split_factor=k)``, transformers' packed gate/up): dim d
     # is k equal blocks, each sharded on its own, and a rank holds its piece of each, in order.
     split: int = 1
+    # Every group of each mesh dim (``groups`` holds this rank's only): an FSDP mesh dim's
+    # groups are the ``gathered`` groups of the relation.
+    all_groups: tuple[tuple[tuple[int, ...], ...], ...] = ()
 
     def describe(self) -> str:
         mesh = ", ".join(f"{n}={len(g)}" for n, g in zip(self.names, self.groups, strict=True))
@@ -78,9 +83,44 @@ def _sharding_dim(what: str, placed: Placed, groups: Sequence[Sequence[int]]) ->
     return i
 
 
+def _fsdp_dim(placed: Placed, groups: Sequence[Sequence[int]]) -> int | None:
+    """The mesh dim of FSDP on top of the model's sharding: a mesh dim outside the model's
+    groups that is sharded, next to (at most) one mesh dim of the model's groups."""
+    active = [i for i, (kind, _) in enumerate(placed.placements) if kind != "replicate" and len(placed.groups[i]) > 1]
+    outside = [i for i in active if not _model_group(groups, placed.groups[i])]
+    if len(outside) != 1 or len(active) - len(outside) > 1 or not placed.all_groups or placed.placements[outside[0]][0] != "shard":
+        return None
+    return outside[0]
+
+
 def param_relation(name: str, placed: Placed, full: tuple[int, ...], local: tuple[int, ...], groups: Sequence[Sequence[int]]) -> ParamRelation:
-    """The relation of parameter ``name`` (baseline ``full``, per-rank ``local``) from its placements."""
+    """The relation of parameter ``name`` (baseline ``full``, per-rank ``local``) from its placements.
+
+    FSDP x TP (a ``(dp, tp)`` mesh, ``Shard(e)`` over dp and the model's sharding over tp): the
+    relation of the tp placement, ``gathered`` along e over the dp groups: each device holds its
+    tp piece cut in blocks along e, and the program's all-gather over dp restores the piece."""
     what = f"parameter {name!r}"
+    j = _fsdp_dim(placed, groups)
+    if j is not None:
+        e = placed.placements[j][1]
+        assert e is not None
+        k = len(placed.groups[j])
+        model = replace(placed, placements=tuple(("replicate", None) if i == j else p for i, p in enumerate(placed.placements)))
+        tp = [(kind, d) for kind, d in model.placements if kind != "replicate"]
+        if tp and tp[0] == ("shard", e):
+            raise PlacementError(f"{what} is {placed.describe()}: sharded along dim {e} over mesh dims {placed.names[j]!r} and the model's at once; DTensor nests the {placed.names[j]!r} cut outside the other, while a gathered relation holds each rank's piece cut further (shard another dim over {placed.names[j]!r}, or use a strided shard)")
+        if placed.split > 1:
+            raise PlacementError(f"{what} is {placed.describe()}: a strided shard next to FSDP's shard has no relation here")
+        if not 0 <= e < len(local):
+            raise PlacementError(f"{what} is {placed.describe()} but has {len(local)} dim(s) per rank ({list(local)})")
+        whole = tuple(n * k if i == e else n for i, n in enumerate(local))
+        try:
+            rel = param_relation(name, model, full, whole, groups)
+        except PlacementError as err:
+            raise PlacementError(f"{err} once its {k} blocks along dim {e} are gathered over {placed.names[j]!r} (it holds {list(local)})") from None
+        if rel.relation != "sharded" and rel.relation != "duplicate":
+            raise PlacementError(f"{what} is {placed.describe()}: FSDP over a {rel.relation} relation has no relation here")
+        return replace(rel, gathered=(e, placed.all_groups[j]), source=f"placement {placed.describe()}, gathered over {placed.names[j]!r}")
     i = _sharding_dim(what, placed, groups)
     source = f"placement {placed.describe()}"
     if i is None:

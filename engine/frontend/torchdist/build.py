@@ -118,6 +118,8 @@ def _rank_child(request: common.BuildRequest, fn: Any, rank: int, world: int, fo
 def _fork_rank(request: common.BuildRequest, fn: Any, rank: int, world: int, folder: Path) -> dict[str, Any]:
     result = folder / f"rank{rank}.json"
     log = folder / f"rank{rank}.log"
+    # A result left by an earlier build into this folder would stand for a rank that crashed.
+    result.unlink(missing_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
