@@ -839,6 +839,8 @@ def modgroup(rng: random.Random) -> Program:
     rank 0: the gather clamps), a repeat_interleave baseline."""
     groups = [[0, 1, 2, 3]] if rng.random() < 0.6 else _layout(rng)  # c = 2 has no proper group
     c = len(groups[0])
+    if rng.random() < 0.4:
+        return _modgroup_merge(rng, groups)
     n = 2
     t = rng.choice(["f32", "bf16", "f16", "s32", "s8", "u8", "u16"])
     ti = rng.choice(["s32", "s32", "s8", "u8", "s16", "s64"])
@@ -924,6 +926,45 @@ def modgroup(rng: random.Random) -> Program:
     what = f"{t}{xd} pick along {d} by {ti} {spelling}, tile by {form}{' through a transpose' if tr else ''}, defect {defect} (groups {groups})"
     return Program("modgroup", what, base, dist, rel)
 
+
+def _modgroup_merge(rng: random.Random, groups: list[list[int]]) -> Program:
+    """The GQA merge's backward: the baseline sums x's c rows in groups (reshape (q, K) summed
+    over K: interleaved heads, or (K, q) summed over K: tiled heads); rank r holds row r and
+    index_adds it into zeros of q rows at floor(r / K), resp. r mod q, then all-reduces. Drawn:
+    the element type, the form, the groups, and the defects: the other form's index, the index
+    plus one (dropped updates), a fill of ones, no all-reduce."""
+    c = len(groups[0])
+    t = rng.choice(["f32", "bf16", "s32", "s8", "u8"])
+    h = rng.choice([1, 2, 3])
+    q = 2 if c == 4 else 1
+    K = c // q
+    form = rng.choice(["div", "mod"])
+    defect = rng.choice(["none"] * 5 + ["swap", "plus1", "ones", "noar"])
+    red = _reducer("add", "add", t)
+    split = f"{q},{K},{h}" if form == "div" else f"{K},{q},{h}"
+    base = (f"HloModule merge_base\n\n{red}\nENTRY %main (x: {t}[{c},{h}]) -> {t}[{q},{h}] {{\n  %x = {t}[{c},{h}] parameter(0)\n"
+            f"  %y = {t}[{split}] reshape({t}[{c},{h}] %x)\n  %z = {t}[] constant(0)\n"
+            f"  ROOT %s = {t}[{q},{h}] reduce({t}[{split}] %y, {t}[] %z), dimensions={{{1 if form == 'div' else 0}}}, to_apply=%add\n}}\n")
+    use = form if defect != "swap" else ("mod" if form == "div" else "div")
+    lines = ["  %r = s32[] parameter(0)", f"  %x = {t}[1,{h}] parameter(1)"]
+    lines += [f"  %k = s32[] constant({K})", "  %i0 = s32[] divide(s32[] %r, s32[] %k)"] if use == "div" else \
+             [f"  %k = s32[] constant({q})", "  %i0 = s32[] remainder(s32[] %r, s32[] %k)"]
+    if defect == "plus1":
+        lines += ["  %one = s32[] constant(1)", "  %i = s32[] add(s32[] %i0, s32[] %one)"]
+    else:
+        lines.append("  %i = s32[] copy(s32[] %i0)")
+    lines += ["  %i1 = s32[1] reshape(s32[] %i)", f"  %f = {t}[] constant({1 if defect == 'ones' else 0})",
+              f"  %zs = {t}[{q},{h}] broadcast({t}[] %f), dimensions={{}}",
+              f"  %sc = {t}[{q},{h}] scatter({t}[{q},{h}] %zs, s32[1] %i1, {t}[1,{h}] %x), update_window_dims={{1}}, inserted_window_dims={{0}}, "
+              "scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%add"]
+    if defect == "noar":
+        lines.append(f"  ROOT %o = {t}[{q},{h}] copy({t}[{q},{h}] %sc)")
+    else:
+        lines.append(f"  ROOT %o = {t}[{q},{h}] all-reduce({t}[{q},{h}] %sc), channel_id=1, replica_groups={_groups_text(groups)}, use_global_device_ids=true, to_apply=%add")
+    dist = f"HloModule merge_dist\n\n{red}\nENTRY %main (r: s32[], x: {t}[1,{h}]) -> {t}[{q},{h}] {{\n" + "\n".join(lines) + "\n}\n"
+    rel = {"groups": groups, "inputs": [{"distributed": 0, "relation": "rank"}, {"baseline": 0, "distributed": 1, "relation": "sharded", "dim": 0}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    return Program("modgroup", f"merge backward {t}[{c},{h}] {form} (q={q}, K={K}), defect {defect} (groups {groups})", base, dist, rel)
 
 # ---- experts as a list per rank (rules/expertlist.egg) ----------------------------------------------
 
@@ -1274,7 +1315,6 @@ def fillbcast(rng: random.Random) -> Program:
     form = f"{t}{dims} rows along {d}, scale {one} offset {zero}, defect {defect} (groups {groups})"
     return Program("fillbcast", form, base, dist, rel)
 
-
 # ---- prefix-sum carry as an exclusive scan of gathered totals (rules/scancarry.egg) -------------
 
 
@@ -1323,7 +1363,6 @@ def scancarry(rng: random.Random) -> Program:
     rel = {"groups": groups, "inputs": [{"distributed": 0, "relation": "rank"}, {"baseline": 0, "distributed": 1, "relation": "sharded", "dim": 0}],
            "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 0}]}
     return Program("scancarry", f"{t}[{n},{h}] blocks of {w}, defect {defect} (groups {groups})", base, dist, rel)
-
 
 FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "rankpos": rankpos,

@@ -16,6 +16,11 @@ Rows:
                        broadcast of x that inserts a new dim of extent R at d and keeps x's dims
                        in order around it.
 
+``grsum(z, x, d, form, q, K)`` baseline node z sums the groups of x's dim d (extent c = q·K)
+                       that a reshape splits it into: "div" (q, K) summed over K, z[g] = sum_j
+                       x[g·K + j] (KV heads interleaved); "mod" (K, q) summed over K, z[g] =
+                       sum_j x[j·q + g] (tiled); a reduce-add from a literal zero.
+
 Side conditions: the rank value is evaluated only from the rank (or device id) and literals,
 never from an input; a divisor that is not q, a remainder without Python's sign fix-up that
 goes negative, a wrap in a narrow type or an elided literal give no row (rankint's evaluator
@@ -32,7 +37,7 @@ from ...hlo.literals import INT_BITS
 if TYPE_CHECKING:
     from ..graph import Graphs, Node
 
-TABLES: tuple[str, ...] = ("rmodk", "tileof")
+TABLES: tuple[str, ...] = ("rmodk", "tileof", "grsum")
 
 Rows = dict[str, list[tuple[object, ...]]]
 
@@ -40,25 +45,57 @@ Rows = dict[str, list[tuple[object, ...]]]
 def graph_rows(rows: Rows, g: Graphs) -> None:
     c = g.spec.c
     idx = _rank_mod_indices(g, c)
-    if not idx:
-        return  # no index_select picks by r mod q: the tile rows would serve nothing
     for gid, q in idx:
         rows["rmodk"].append((gid, q, c // q))
+    picks = any(n.side == "distributed" and n.ins.opcode in ("gather", "scatter") for n in g.nodes)
+    if not picks:
+        return  # no index_select or index_add by a rank group: the rows below would serve nothing
     for node in g.nodes:
-        if node.side == "baseline":
+        if node.side != "baseline":
+            continue
+        if idx:
             t = _tile(g, node.gid)
             if t is not None:
                 rows["tileof"].extend(_through_transposes(g, node.gid, *t, c))
+        s = _group_sum(g, node.gid, c)
+        if s is not None:
+            rows["grsum"].append((node.gid, *s))
+
+
+def _group_sum(g: Graphs, gid: int, c: int) -> tuple[int, int, str, int, int] | None:
+    """(x, d, form, q, K) when baseline node gid = reduce-add from a literal zero over one of
+    the two dims that a reshape splits x's dim d (extent c = q·K) into: over the second
+    ((q, K), form "div": z[g] = sum_j x[g·K + j]) or over the first ((K, q), form "mod":
+    z[g] = sum_j x[j·q + g]), every other dim kept in place."""
+    node = g.nodes[gid]
+    ins = node.ins
+    if ins.opcode != "reduce" or len(node.operands) != 2 or ins.parsed.get("reducer") != "add":
+        return None
+    init = g.nodes[node.operands[1]].ins
+    if init.opcode != "constant" or (init.literal or "").strip() not in ("0", "0.0", "-0", "false"):
+        return None
+    dims = [int(v) for v in ins.parsed.get("dimensions", [])]
+    y = g.nodes[node.operands[0]]
+    if len(dims) != 1 or y.ins.opcode != "reshape" or len(y.operands) != 1:
+        return None
+    xd, yd = tuple(g.nodes[y.operands[0]].ins.shape.dims), tuple(y.ins.shape.dims)
+    for d in range(len(xd)):
+        if xd[d] == c and len(yd) == len(xd) + 1 and yd[:d] == xd[:d] and yd[d + 2 :] == xd[d + 1 :] and yd[d] * yd[d + 1] == c:
+            if dims[0] == d + 1 and 1 < yd[d] < c:
+                return y.operands[0], d, "div", yd[d], yd[d + 1]
+            if dims[0] == d and 1 < yd[d + 1] < c:
+                return y.operands[0], d, "mod", yd[d + 1], yd[d]
+    return None
 
 
 def _rank_mod_indices(g: Graphs, c: int) -> list[tuple[int, int]]:
-    """(gid, q) for the one-element int gather indices of the distributed graph whose value is
-    r mod q on every rank."""
+    """(gid, q) for the one-element int gather / scatter indices of the distributed graph whose
+    value is r mod q on every rank."""
     cands = []
     for node in g.nodes:
-        if node.side != "distributed" or node.ins.opcode != "gather" or len(node.operands) != 2:
+        if node.side != "distributed" or node.ins.opcode not in ("gather", "scatter") or len(node.operands) < 2:
             continue
-        i = node.operands[1]
+        i = node.operands[1]  # the start index of a gather, the index of a scatter
         shape = g.nodes[i].ins.shape
         if shape.numel == 1 and not shape.is_tuple and shape.dtype in INT_BITS:
             cands.append(i)
