@@ -48,6 +48,18 @@ models:
   - name: bad_microbatches
     entry: torch_pipelining.models:manual_gpipe
     variant: microbatches_disagree
+  - name: megatron_train
+    entry: megatron_pp.models:training
+    size: {{microbatches: 1, batch: 2}}
+  - name: bug_megatron_stale_target
+    entry: megatron_pp.models:training
+    size: {{batch: 2}}
+    variant: stale_target
+    expect: diverged
+  - name: bad_megatron_seq_length
+    entry: megatron_pp.models:forward_only
+    size: {{microbatches: 1, batch: 2}}
+    variant: seq_length_disagrees
 """
 
 
@@ -60,13 +72,13 @@ def _entry(report: tuple[dict[str, Any], Path], name: str) -> dict[str, Any]:
     return next(m for m in report[0]["models"] if m["name"] == name)
 
 
-def _line(marker: str, after: str) -> int:
-    lines = (ROOT / "examples" / "pipeline" / "torch_pipelining" / "models.py").read_text().splitlines()
+def _line(marker: str, after: str, source: str = "torch_pipelining/models.py") -> int:
+    lines = (ROOT / "examples" / "pipeline" / source).read_text().splitlines()
     start = next(i for i, text in enumerate(lines, 1) if after in text)
     return next(i for i, text in enumerate(lines, 1) if i > start and marker in text)
 
 
-@pytest.mark.parametrize("name", ["manual_gpipe", "train_1f1b", "train_interleaved"])
+@pytest.mark.parametrize("name", ["manual_gpipe", "train_1f1b", "train_interleaved", "megatron_train"])
 def test_torch_schedules_are_verified(report: tuple[dict[str, Any], Path], name: str) -> None:
     model = _entry(report, name)
     assert model["status"] == "verified", (model["build"].get("error"), model.get("result", {}).get("reason"))
@@ -83,7 +95,7 @@ def test_schedule_transfers_are_recorded_per_microbatch(report: tuple[dict[str, 
     assert (out / "train_interleaved" / "pipeline.yaml").read_text().count("- src:") == 24
 
 
-@pytest.mark.parametrize("name", ["bug_drop_layer", "bug_loss_not_scaled"])
+@pytest.mark.parametrize("name", ["bug_drop_layer", "bug_loss_not_scaled", "bug_megatron_stale_target"])
 def test_bugs_are_diverged_with_a_confirmed_witness(report: tuple[dict[str, Any], Path], name: str) -> None:
     model = _entry(report, name)
     result = model["result"]
@@ -99,6 +111,17 @@ def test_ranks_that_disagree_are_bad_input_naming_both_ends(report: tuple[dict[s
     counts = _entry(report, "bad_microbatches")
     assert counts["status"] == "bad-input"
     assert f"receive #3 at examples/pipeline/torch_pipelining/models.py:{step} (stage 1 from stage 0) has no matching send on stage 0 (it sends 2 time(s) to stage 1)" in counts["build"]["error"]
+
+
+
+def test_megatron_transfers_name_the_users_line(report: tuple[dict[str, Any], Path]) -> None:
+    # Megatron's p2p_communication posts the transfers; the error names the user's call of the
+    # schedule on both ranks, not the library's line.
+    call = _line("get_forward_backward_func()(", "def forward_only", "megatron_pp/models.py")
+    model = _entry(report, "bad_megatron_seq_length")
+    assert model["status"] == "bad-input"
+    at = f"examples/pipeline/megatron_pp/models.py:{call}"
+    assert f"shapes disagree: stage 0 sends f32[2,2,8] at {at}, stage 1 receives into f32[4,2,8] at {at}" in model["build"]["error"]
 
 
 def test_rank_program_keeps_the_stage_modules_names() -> None:

@@ -77,14 +77,23 @@ class _Recorder:
         self.received: list[tuple[Any, dict[str, Any]]] = []
 
     def _where(self) -> str:
+        """The user's line of a transfer: the innermost frame in the repository (a library's
+        schedule, Megatron's p2p_communication, is called from the user's line), else the
+        innermost frame outside torch and this package."""
         f = sys._getframe(1)
+        outside: str | None = None
+        root = _real(str(self.root)) + os.sep
         while f is not None:
             name = f.f_code.co_filename
             # realpath: this package may be reached through a symlink (a linked checkout).
-            if not _real(name).startswith(_HERE) and "/torch/" not in name:
-                return f"{capture.portable_path(name, self.root)}:{f.f_lineno}"
+            real = _real(name)
+            if not real.startswith(_HERE) and "/torch/" not in name:
+                at = f"{capture.portable_path(name, self.root)}:{f.f_lineno}"
+                if real.startswith(root) and "/site-packages/" not in real:
+                    return at
+                outside = outside or at
             f = f.f_back
-        return "<unknown line>"
+        return outside or "<unknown line>"
 
     def _peer(self, peer: Any, what: str, at: str) -> int:
         if not isinstance(peer, int) or not 0 <= peer < self.stages:

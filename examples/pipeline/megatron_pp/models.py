@@ -99,12 +99,15 @@ def forward_only(ctx: BuildContext) -> Pipeline:
 
                 return y, collect
 
+            seq_length = seq
+            if variant == "seq_length_disagrees" and rank == pp - 1:
+                seq_length = 2 * seq  # BUG-SITE: seq_length_disagrees (the last rank expects activations of twice the sequence length)
             get_forward_backward_func()(
                 forward_step_func=forward_step,
                 data_iterator=iter(x.chunk(m, dim=1)),
                 model=[model],
                 num_microbatches=m,
-                seq_length=seq,
+                seq_length=seq_length,
                 micro_batch_size=batch // m,
                 forward_only=True,
             )
@@ -113,3 +116,64 @@ def forward_only(ctx: BuildContext) -> Pipeline:
         return rank_program([model], run)
 
     return Pipeline(baseline=Net(hidden, layers), stage=stage, stages=pp, inputs=[Input("x", (seq, batch, hidden))])
+
+
+class TrainNet(Net):
+    """The single-device training step: every parameter's gradient (model order, which is rank
+    order) and the MSE loss of the whole batch."""
+
+    def forward(self, x: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
+        loss = torch.nn.functional.mse_loss(super().forward(x), target)
+        return (*torch.autograd.grad(loss, list(self.parameters())), loss)
+
+
+def training(ctx: BuildContext) -> Pipeline:
+    """A training step through get_forward_backward_func(): Megatron's 1F1B runs each
+    microbatch's forward and backward, divides each microbatch's loss by the number of
+    microbatches and accumulates every parameter's ``.grad``."""
+    hidden, layers, pp = ctx.knob("hidden", 16), ctx.knob("layers", 4), ctx.knob("pp", 2)
+    m, batch, seq = ctx.knob("microbatches", 1), ctx.knob("batch", 4), ctx.knob("seq", 2)
+    variant = ctx.variant or ""
+
+    def stage(rank: int) -> nn.Module:
+        parallel_state.destroy_model_parallel()
+        parallel_state.initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=pp)
+        config = TransformerConfig(num_layers=layers, hidden_size=hidden, num_attention_heads=1, pipeline_model_parallel_size=pp, pipeline_dtype=torch.float32)
+        model = StageModel(config, hidden, stage_layers(rank, pp, layers, variant))
+
+        def run(x: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            def forward_step(data: Iterator[tuple[torch.Tensor, torch.Tensor]], module: StageModel) -> tuple[torch.Tensor, Any]:
+                inputs, labels = next(data)
+                y = module(inputs)
+
+                def loss_func(output: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+                    # As Megatron-LM's loss functions: the schedule divides the returned loss by
+                    # the number of microbatches in place; the reported one is a copy.
+                    loss = torch.nn.functional.mse_loss(output, labels)
+                    return loss, {"loss": loss.detach().clone()}
+
+                return y, loss_func
+
+            if variant == "stale_target":
+                labels = [target.chunk(m, dim=1)[0]] * m  # BUG-SITE: stale_target (every microbatch is scored against the first microbatch's targets)
+            else:
+                labels = list(target.chunk(m, dim=1))
+            reported = get_forward_backward_func()(
+                forward_step_func=forward_step,
+                data_iterator=iter(zip(x.chunk(m, dim=1), labels, strict=True)),
+                model=[model],
+                num_microbatches=m,
+                seq_length=seq,
+                micro_batch_size=batch // m,
+                forward_only=False,
+            )
+            grads = tuple(p.grad for p in model.parameters())
+            if not parallel_state.is_pipeline_last_stage():
+                return grads
+            losses = [r["loss"] for r in reported]
+            return (*grads, sum(losses[1:], losses[0]) / len(losses))
+
+        return rank_program([model], run)
+
+    shape = (seq, batch, hidden)
+    return Pipeline(baseline=TrainNet(hidden, layers), stage=stage, stages=pp, inputs=[Input("x", shape), Input("target", shape)])
