@@ -1364,6 +1364,65 @@ def scancarry(rng: random.Random) -> Program:
            "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 0}]}
     return Program("scancarry", f"{t}[{n},{h}] blocks of {w}, defect {defect} (groups {groups})", base, dist, rel)
 
+# ---- split, stack, all-to-all, unbind, concatenate (rules/a2astack.egg) --------------------------
+
+
+def a2astack(rng: random.Random) -> Program:
+    """Re-sharding from dim u to dim v of a 3-D tensor as torch writes it: chunk the rank's
+    block along v into c pieces, stack them along a new dim w (unit reshapes + concatenate),
+    all-to-all along w, unbind along w (slices + unit-dropping reshapes), concatenate along u.
+    Drawn: the element type (narrow, unsigned, float), the extents, u, v, w, the groups, and the
+    defects: the pieces concatenated in reverse order, the all-to-all over other groups, a
+    piece taken one block off, the concatenation along another dim of equal extent."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    t = rng.choice(["f32", "bf16", "s32", "s8", "u8", "u16"])
+    u, v = rng.sample([0, 1, 2], 2)
+    dims = [rng.choice([1, 2]) for _ in range(3)]
+    dims[u] = c * rng.choice([1, 2])
+    dims[v] = c * rng.choice([1, 2])
+    w = rng.choice([0, 3])
+    defect = rng.choice(["none"] * 5 + ["reverse", "groups", "offset", "catdim"])
+    g2 = _other_groups(rng, groups) if defect == "groups" else groups
+    loc = list(dims)
+    loc[u] //= c  # the rank's block
+
+    def ty(d: list[int]) -> str:
+        return f"{t}[{','.join(map(str, d))}]"
+
+    piece = list(loc)
+    piece[v] //= c
+    unit = list(piece)
+    unit.insert(w if w < 3 else 3, 1)
+    ax = w if w < 3 else 3
+    stack = list(piece)
+    stack.insert(ax, c)
+    lines = [f"  %x = {ty(loc)} parameter(0)"]
+    for e in range(c):
+        e2 = min(e + 1, c - 1) if defect == "offset" and e == 0 else e
+        sl = ", ".join(f"[{e2 * piece[k]}:{(e2 + 1) * piece[k]}]" if k == v else f"[0:{loc[k]}]" for k in range(3))
+        lines += [f"  %piece{e} = {ty(piece)} slice({ty(loc)} %x), slice={{{sl}}}", f"  %unit{e} = {ty(unit)} reshape({ty(piece)} %piece{e})"]
+    lines.append(f"  %st = {ty(stack)} concatenate({', '.join(f'{ty(unit)} %unit{e}' for e in range(c))}), dimensions={{{ax}}}")
+    lines.append(f"  %a = {ty(stack)} all-to-all({ty(stack)} %st), channel_id=1, replica_groups={_groups_text(g2)}, dimensions={{{ax}}}")
+    for r in range(c):
+        sl = ", ".join(f"[{r}:{r + 1}]" if k == ax else f"[0:{n}]" for k, n in enumerate(stack))
+        lines += [f"  %recv{r} = {ty(unit)} slice({ty(stack)} %a), slice={{{sl}}}", f"  %back{r} = {ty(piece)} reshape({ty(unit)} %recv{r})"]
+    order = list(range(c))[::-1] if defect == "reverse" else list(range(c))
+    cat = u
+    if defect == "catdim":
+        other = 3 - u - v
+        if piece[other] == piece[u]:
+            cat = other
+    out = list(piece)
+    out[cat] *= c
+    lines.append(f"  ROOT %o = {ty(out)} concatenate({', '.join(f'{ty(piece)} %back{r}' for r in order)}), dimensions={{{cat}}}")
+    dist = f"HloModule stk_dist\n\nENTRY %main (x: {ty(loc)}) -> {ty(out)} {{\n" + "\n".join(lines) + "\n}\n"
+    base = f"HloModule stk_base\n\nENTRY %main (x: {ty(dims)}) -> {ty(dims)} {{\n  %x = {ty(dims)} parameter(0)\n  ROOT %o = {ty(dims)} copy({ty(dims)} %x)\n}}\n"
+    rel = {"groups": groups, "inputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": u}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": v}]}
+    return Program("a2astack", f"{t}{dims} from {u} to {v}, stack at {ax}, defect {defect} (groups {g2})", base, dist, rel)
+
+
 FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "rankpos": rankpos,
     "argreduce": argreduce,
@@ -1385,6 +1444,7 @@ FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "modgroup": modgroup,
     "fillbcast": fillbcast,
     "scancarry": scancarry,
+    "a2astack": a2astack,
 }
 
 

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import (
     a2adup,
+    a2astack,
     algebra,
     argreduce,
     clampgather,
@@ -139,6 +140,7 @@ FAMILIES: list[Family] = [
     Family("modgroup", "modgroup.egg", modgroup.TABLES, graph_rows=modgroup.graph_rows),
     Family("fillbcast", "fillbcast.egg", fillbcast.TABLES, fillbcast.OPCODES, fillbcast.instruction_rows),
     Family("scancarry", "scancarry.egg", scancarry.TABLES, scancarry.OPCODES, scancarry.instruction_rows),
+    Family("a2astack", "a2astack.egg", a2astack.TABLES),
 ]
 
 
