@@ -241,6 +241,8 @@ def vocab_cross_entropy(ctx: JaxContext) -> JaxModel:
             total = jax.lax.psum(total, "tp")  # BUG-SITE: ce_missing_psum
         lse = jnp.log(total) + m[:, 0]
         local = target - jax.lax.axis_index("tp") * w
+        if bug == "ce_offset_next_shard":
+            local = target - (jax.lax.axis_index("tp") + 1) * w  # BUG-SITE: ce_offset_next_shard
         mine = (local >= 0) & (local < w)
         picked = jnp.take_along_axis(logits, jnp.where(mine, local, 0)[:, None], axis=-1, mode="clip")[:, 0]
         return lse - jax.lax.psum(jnp.where(mine, picked, 0.0), "tp")

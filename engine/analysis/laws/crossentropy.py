@@ -11,6 +11,11 @@ stated for (anything else gets no row, so a rule cannot fire on it):
 ``xcat2(k)``          concatenate k of two operands of shape [n, 1, 1] along dim 2 (-> [n, 1, 2])
                       or of shape [n, 1] along dim 1 (-> [n, 2])
 ``xreshape(k)``       k is a reshape (keeps the row-major order of the elements)
+``xbg(k, n, v)``      gather k picks one element per row, batched over the rows (jnp's
+                      take_along_axis along the last dim): operand [n, v], indices [n, 1, 1]
+                      (index_vector_dim 2) or [n, 1] (index_vector_dim 1), operand and index
+                      batching dims {0}, start_index_map {1}, collapsed {1}, slice sizes {1, 1},
+                      no offset dims, result [n, 1]: result[i, 0] = operand[i, index[i]]
 ``xsqz(k, d)``        reshape k to a 1-D [v] of an operand whose dims are all 1 but d (extent v)
 ``xcolbc(k)``         broadcast k of a 1-D [v] into [n, v] along dim 1 (dimensions={1})
 ``xrowbc(k)``         broadcast k of a 1-D [n] into [n, v] along dim 0 (dimensions={0})
@@ -34,7 +39,7 @@ from __future__ import annotations
 from ...ir import Instruction, Shape
 from ..signature import Sig
 
-XENT_TABLES = ("xpickg", "xcat2", "xsqz", "xcolbc", "xrowbc", "xrowsum", "xreshape", "xsum2", "xsumall")
+XENT_TABLES = ("xpickg", "xcat2", "xsqz", "xcolbc", "xrowbc", "xrowsum", "xreshape", "xsum2", "xsumall", "xbg")
 
 # Significand bits of the float types and width of the int types (every integer of magnitude
 # <= 2^p is exact in a float of p significand bits).
@@ -77,6 +82,14 @@ def xent_rows(rows: dict[str, list[tuple[object, ...]]], side: str, sig: Sig, in
                 and not p.get("operand_batching_dims") and not p.get("start_indices_batching_dims")
                 and src[0] == idx[0]):
             rows["xpickg"].append((key, src[0], src[1]))
+    if op == "gather" and len(opnd) == 2:
+        src, idx = tuple(opnd[0].dims), tuple(opnd[1].dims)
+        if (len(src) == 2 and out == (src[0], 1)
+                and ((idx == (src[0], 1, 1) and p.get("index_vector_dim") == 2) or (idx == (src[0], 1) and p.get("index_vector_dim") == 1))
+                and list(p.get("operand_batching_dims", [])) == [0] and list(p.get("start_indices_batching_dims", [])) == [0]
+                and list(p.get("start_index_map", [])) == [1] and list(p.get("collapsed_slice_dims", [])) == [1]
+                and list(p.get("slice_sizes", [])) == [1, 1] and list(p.get("offset_dims", [])) == []):
+            rows["xbg"].append((key, src[0], src[1]))
     elif op == "concatenate" and len(opnd) == 2:
         a, b = tuple(opnd[0].dims), tuple(opnd[1].dims)
         if a == b and ((len(a) == 3 and a[1:] == (1, 1) and list(p.get("dimensions", [])) == [2] and out == (a[0], 1, 2))
