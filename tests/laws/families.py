@@ -1590,3 +1590,80 @@ def crossentropy(rng: random.Random) -> Program:
 
 
 FAMILIES["crossentropy"] = crossentropy
+
+
+def crossentropy_jax(rng: random.Random) -> Program:
+    """The label's log-probability picked as JAX writes it on a vocabulary shard: s = t - r·w
+    (or the raw labels compared with r·w and r·w + w), in = (s >= 0) & (s < w), idx =
+    select(in, s, 0), jnp's negative-index guard, take_along_axis (a gather batched over the
+    rows), select(in, picked, 0) and a psum; the baseline's take_along_axis over the whole
+    vocabulary. Drawn: the label type, the float type, the labels' range (inside [0, V) or
+    not), raw or shifted bounds, the groups, and a defect: the next rank's offset, a width off
+    by one, `s > 0` for `s >= 0`, the mask's branches swapped, the psum dropped or over other
+    groups."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    n = rng.choice([4, 6, 8])
+    ti = rng.choice(["s16", "s32", "s64"] if rng.random() < 0.8 else ["s8"])
+    w = rng.choice([3, 8, 16]) if ti != "s8" else rng.choice([3, 8])
+    v = c * w
+    ft = rng.choice(["f32", "f32", "f16", "bf16"])
+    lo, hi = rng.choice([(0, v)] * 5 + [(0, v + 1), (-1, v), (0, 2 * v)])
+    raw = rng.random() < 0.4
+    defect = rng.choice(["none"] * 6 + ["offset_next", "width_minus", "gt0", "swapped", "no_psum", "other_groups"])
+    ar_groups = _other_groups(rng, groups) if defect == "other_groups" else groups
+    gather = "offset_dims={}, collapsed_slice_dims={1}, start_index_map={1}, operand_batching_dims={0}, start_indices_batching_dims={0}, index_vector_dim=2, slice_sizes={1,1}"
+
+    def guard(src: str, width: int, pre: str) -> list[str]:
+        return [f"  %{pre}z = {ti}[{n},1] broadcast({ti}[] %zt), dimensions={{}}",
+                f"  %{pre}lt = pred[{n},1] compare({ti}[{n},1] {src}, {ti}[{n},1] %{pre}z), direction=LT",
+                f"  %{pre}wl = {ti}[] constant({width})", f"  %{pre}wb = {ti}[{n},1] broadcast({ti}[] %{pre}wl), dimensions={{}}",
+                f"  %{pre}add = {ti}[{n},1] add({ti}[{n},1] {src}, {ti}[{n},1] %{pre}wb)",
+                f"  %{pre}sel = {ti}[{n},1] select(pred[{n},1] %{pre}lt, {ti}[{n},1] %{pre}add, {ti}[{n},1] {src})",
+                f"  %{pre}i3 = {ti}[{n},1,1] reshape({ti}[{n},1] %{pre}sel)"]
+
+    base = [f"  %x = {ft}[{n},{v}] parameter(0)", f"  %t = {ti}[{n}] parameter(1)", f"  %zt = {ti}[] constant(0)",
+            f"  %t2 = {ti}[{n},1] reshape({ti}[{n}] %t)", *guard("%t2", v, "b"),
+            f"  %g = {ft}[{n},1] gather({ft}[{n},{v}] %x, {ti}[{n},1,1] %bi3), {gather}",
+            f"  ROOT %z = {ft}[{n}] reshape({ft}[{n},1] %g)"]
+    baseline = f"HloModule xj_base\n\nENTRY %main (x: {ft}[{n},{v}], t: {ti}[{n}]) -> {ft}[{n}] {{\n" + "\n".join(base) + "\n}\n"
+    wc = w - 1 if defect == "width_minus" else w
+    d = ["  %r = s32[] parameter(0)", f"  %x = {ft}[{n},{w}] parameter(1)", f"  %t = {ti}[{n}] parameter(2)", f"  %zt = {ti}[] constant(0)",
+         f"  %wc = s32[] constant({wc})", "  %r1 = s32[] constant(1)",
+         "  %rr = s32[] add(s32[] %r, s32[] %r1)" if defect == "offset_next" else "  %rr = s32[] copy(s32[] %r)",
+         "  %off32 = s32[] multiply(s32[] %rr, s32[] %wc)",
+         f"  %off = {ti}[] convert(s32[] %off32)" if ti != "s32" else "  %off = s32[] copy(s32[] %off32)",
+         f"  %offb = {ti}[{n}] broadcast({ti}[] %off), dimensions={{}}",
+         f"  %s = {ti}[{n}] subtract({ti}[{n}] %t, {ti}[{n}] %offb)",
+         f"  %ztb = {ti}[{n}] broadcast({ti}[] %zt), dimensions={{}}", f"  %wl = {ti}[] constant({w})",
+         f"  %wlb = {ti}[{n}] broadcast({ti}[] %wl), dimensions={{}}"]
+    ge = "GT" if defect == "gt0" else "GE"
+    if raw:
+        d += [f"  %end = {ti}[] add({ti}[] %off, {ti}[] %wl)", f"  %endb = {ti}[{n}] broadcast({ti}[] %end), dimensions={{}}",
+              f"  %ge = pred[{n}] compare({ti}[{n}] %t, {ti}[{n}] %offb), direction={ge}",
+              f"  %lt = pred[{n}] compare({ti}[{n}] %t, {ti}[{n}] %endb), direction=LT"]
+    else:
+        d += [f"  %ge = pred[{n}] compare({ti}[{n}] %s, {ti}[{n}] %ztb), direction={ge}",
+              f"  %lt = pred[{n}] compare({ti}[{n}] %s, {ti}[{n}] %wlb), direction=LT"]
+    d += [f"  %in = pred[{n}] and(pred[{n}] %ge, pred[{n}] %lt)",
+          f"  %idx = {ti}[{n}] select(pred[{n}] %in, {ti}[{n}] %s, {ti}[{n}] %ztb)" if defect != "swapped" else
+          f"  %idx = {ti}[{n}] select(pred[{n}] %in, {ti}[{n}] %ztb, {ti}[{n}] %s)",
+          f"  %idx2 = {ti}[{n},1] reshape({ti}[{n}] %idx)", *guard("%idx2", w, "d"),
+          f"  %g = {ft}[{n},1] gather({ft}[{n},{w}] %x, {ti}[{n},1,1] %di3), {gather}",
+          f"  %g1 = {ft}[{n}] reshape({ft}[{n},1] %g)", f"  %fz = {ft}[] constant(0)",
+          f"  %fzb = {ft}[{n}] broadcast({ft}[] %fz), dimensions={{}}",
+          f"  %p = {ft}[{n}] select(pred[{n}] %in, {ft}[{n}] %g1, {ft}[{n}] %fzb)",
+          f"  ROOT %q = {ft}[{n}] copy({ft}[{n}] %p)" if defect == "no_psum" else
+          f"  ROOT %q = {ft}[{n}] all-reduce({ft}[{n}] %p), channel_id=1, replica_groups={_groups_text(ar_groups)}, use_global_device_ids=true, to_apply=%add"]
+    dist = (f"HloModule xj_dist\n\n{_reducer('add', 'add', ft)}\nENTRY %main (r: s32[], x: {ft}[{n},{w}], t: {ti}[{n}]) -> {ft}[{n}] {{\n"
+            + "\n".join(d) + "\n}\n")
+    rel = {"groups": groups, "inputs": [{"distributed": 0, "relation": "rank"},
+                                        {"baseline": 0, "distributed": 1, "relation": "sharded", "dim": 1},
+                                        {"baseline": 1, "distributed": 2, "relation": "duplicate", "int_range": [lo, hi]}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    desc = (f"pick over n={n} V={v} (c={c}, w={w}) labels {ti} in [{lo}, {hi}), {ft}, {'raw' if raw else 'shifted'} bounds, "
+            f"defect {defect}, psum over {ar_groups} (groups {groups})")
+    return Program("crossentropy_jax", desc, baseline, dist, rel)
+
+
+FAMILIES["crossentropy_jax"] = crossentropy_jax
