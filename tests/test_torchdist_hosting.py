@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bug_sites import bug_sites
 
 from shardproof.engine.frontend.runner import run_models
 
@@ -138,7 +139,7 @@ def test_a_modulelist_moe_builds_with_expert_list_and_the_witness_holds_it(tmp_p
     """The stacked relation says which rank holds which expert: the correct MoE is verified
     under it (rules/expertlist.egg), and running each rank's chunks through its experts in the
     wrong order is a confirmed divergence."""
-    models = ["moe_expert_list_ep4", "bug_moe_experts_reversed"]
+    models = ["moe_expert_list_ep4", "bug_moe_experts_reversed", "bug_moe_chunks_reversed"]
     deepspeed = importlib.util.find_spec("deepspeed") is not None
     doc = run_models(EXAMPLE, tmp_path, models + (["deepspeed_moe_ep4"] if deepspeed else []))
     rows = _rows(doc)
@@ -157,3 +158,10 @@ def test_a_modulelist_moe_builds_with_expert_list_and_the_witness_holds_it(tmp_p
     good, bug = rows["moe_expert_list_ep4"], rows["bug_moe_experts_reversed"]
     assert good["status"] == "verified", good.get("result", {}).get("reason")  # rules/expertlist.egg
     assert bug["status"] == "diverged" and bug["result"]["witness"]["status"] == "confirmed"
+    # The experts' outputs joined out of order: reported at the concatenation (its BUG-SITE);
+    # experts run on the wrong chunks: at the expert's first product of mixed experts' values.
+    chunks = rows["bug_moe_chunks_reversed"]
+    assert chunks["status"] == "diverged" and chunks["result"]["witness"]["status"] == "confirmed"
+    src = chunks["result"]["divergences"][0]["source"]
+    assert (src["file"], src["line"]) == bug_sites([ROOT / "examples" / "torchdist" / "moe_models.py"], ROOT)["chunks_reversed"]
+    assert bug["result"]["divergences"][0]["opcode"] == "dot", bug["result"]["divergences"][0]

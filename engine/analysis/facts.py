@@ -197,6 +197,32 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
         add_dist_only(xp, "picked log-probabilities, one rank's share (their sum over the ranks is the pick)", "crossentropy/pick")
     for _s, _t, xp in tables["xpd"]:
         add_dist_only(xp, "the labels' log-probabilities (summed over the ranks)", "crossentropy/pick")
+    # Experts as a list per rank (rules/expertlist.egg): each fact holds on one rank only (rank
+    # r's local expert j is the baseline's expert r*n + j), so these count as related for
+    # localization and never as a relation of an output or a seed of another segment.
+    try:
+        el = session.rows(["ex", "tb", "dupr", "segr"])
+    except KeyError:  # the family is not registered (bench/scale.py --without expertlist)
+        el = {"ex": [], "tb": [], "dupr": [], "segr": []}
+
+    def _bname(x: object) -> str:
+        names = ["%" + g.nodes[m].ins.name for m in members.get(cls_of_value.get(x, -1), []) if g.nodes[m].side == "baseline"]
+        return names[0] if names else "a baseline value"
+
+    per_rank: dict[object, list[str]] = {}
+    for x, xp, r, a in el["ex"]:
+        tiled = f" tiled {g.spec.c} times along dim {a}" if int(a) >= 0 else ""  # type: ignore[call-overload]
+        per_rank.setdefault(xp, []).append(f"rank {r}: {_bname(x)}{tiled}")
+    for xp, texts in per_rank.items():
+        shown = sorted(texts)
+        more = f", ... ({len(shown)} ranks)" if len(shown) > 4 else ""
+        add_dist_only(xp, "one baseline expert's value per rank (" + "; ".join(shown[:4]) + more + ")", "expertlist/local-expert")
+    for x, xp, a, d in el["tb"]:
+        add_dist_only(xp, f"block r along dim {d} of {_bname(x)}, tiled along dim {a}", "expertlist/received-or-joined")
+    for x, xp, _s in el["dupr"]:
+        add_dist_only(xp, f"{_bname(x)} reshaped", "expertlist/returned")
+    for tp, r, _sa, sb in el["segr"]:
+        add_dist_only(tp, f"rank {r}: its share of the sum {_bname(sb)}", "expertlist/summed")
     # A layer's slice of an FSDP-split input (rules/fsdpslice.egg): a piece of the weight its
     # all-gather restores, related for localization only.
     for (xp,) in tables["fsdppiece"]:

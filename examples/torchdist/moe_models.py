@@ -84,7 +84,10 @@ class MoE(torch.nn.Module):
         experts = list(self.experts)
         if self.variant == "experts_reversed":
             experts.reverse()  # each chunk goes to another local expert
-        out = torch.cat([expert(chunk) for chunk, expert in zip(chunks, experts, strict=True)], dim=1)  # BUG-SITE: experts_reversed
+        outs = [expert(chunk) for chunk, expert in zip(chunks, experts, strict=True)]  # BUG-SITE: experts_reversed
+        if self.variant == "chunks_reversed":
+            outs.reverse()  # the experts' outputs joined in the wrong order
+        out = torch.cat(outs, dim=1)  # BUG-SITE: chunks_reversed
         out = all_to_all(out.reshape(self.ep_size * self.local, -1, d), self.group)
         return torch.einsum("sec,ecm->sm", combine.type_as(x), out).reshape(x.shape)
 
