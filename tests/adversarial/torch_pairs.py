@@ -1027,6 +1027,28 @@ def b_gqa_tiled_merge_backward_div(dk: Any, rank: Any) -> tuple[Any, ...]:
     return (_gqa_merge(dk, rank, False),)
 
 
+# Token positions from a padding mask (position_ids = mask.cumsum(-1)) on sequence-parallel
+# rows, in integers: the carry as the exclusive scan of the gathered row totals.
+def pos_base(m: Any) -> tuple[Any, ...]:
+    return (m.cumsum(0),)
+
+
+def _positions_scan(m: Any, rank: Any, inclusive: bool) -> tuple[Any, ...]:
+    torch = _t()
+    i32 = torch.int32  # the baseline's type (torch-xla keeps int32 for an int32 cumsum)
+    totals = all_gather(m.sum(0, keepdim=True, dtype=i32), 0)  # (C, B) counts of each rank's rows
+    scan = totals.cumsum(0, dtype=i32) if inclusive else totals.cumsum(0, dtype=i32) - totals
+    return (m.cumsum(0, dtype=i32) + scan.index_select(0, rank.reshape(1).to(torch.long)),)
+
+
+def c_positions_sp_scan_carry(m: Any, rank: Any) -> tuple[Any, ...]:
+    return _positions_scan(m, rank, False)
+
+
+def b_positions_sp_scan_inclusive(m: Any, rank: Any) -> tuple[Any, ...]:
+    return _positions_scan(m, rank, True)
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -1132,6 +1154,8 @@ def _pairs() -> list[TorchPair]:
         P("b_gqa_merge_backward_mod", "GQA merge backward adding into KV head rank % 2 where the heads are interleaved", (In("dk", (NH, S, HD), "sharded", 0), rank), dup, gqa_merge_base, b_gqa_merge_backward_mod),
         P("c_gqa_tiled_merge_backward", "GQA merge backward with tiled KV heads: each rank adds into KV head rank % 2, all-reduced", (In("dk", (NH, S, HD), "sharded", 0), rank), dup, gqa_merge_tile_base, c_gqa_tiled_merge_backward),
         P("b_gqa_tiled_merge_backward_div", "GQA merge backward with tiled KV heads adding into rank // 2", (In("dk", (NH, S, HD), "sharded", 0), rank), dup, gqa_merge_tile_base, b_gqa_tiled_merge_backward_div),
+        P("c_positions_sp_scan_carry", "int positions mask.cumsum(0) over sequence-parallel rows: local cumsum + exclusive scan of the gathered row totals at the rank", (In("m", (S, B), "sharded", 0, dtype="int32", int_range=(0, 2)), rank), sh0, pos_base, c_positions_sp_scan_carry),
+        P("b_positions_sp_scan_inclusive", "int positions with the inclusive scan of the totals: the rank's own count added twice", (In("m", (S, B), "sharded", 0, dtype="int32", int_range=(0, 2)), rank), sh0, pos_base, b_positions_sp_scan_inclusive),
     ]
 
 
