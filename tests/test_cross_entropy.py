@@ -222,3 +222,50 @@ def test_loss_parallel_bugs_diverge_at_their_line(loss_report: dict[str, object]
     assert model["status"] == "diverged" and result["witness"]["status"] == "confirmed", result["reason"]
     source = result["divergences"][0]["source"]
     assert (source["file"], source["line"]) == ("examples/dtensor/loss_bugs.py", _line_of(marker)), source
+
+
+# ---- JAX's vocab-parallel cross entropy (rules/crossentropy.egg, section f): the label's block
+# spelt (s >= 0) & (s < w), the pick by take_along_axis on each rank's shard, against the
+# baseline's take_along_axis over the whole vocabulary (examples/jax/models.py).
+
+_JAX_CONFIG = """\
+version: 1
+framework: jax
+root: {root}
+python_path: [{jax}]
+defaults: {{devices: 4}}
+models:
+  - name: vocab_cross_entropy
+    entry: models:vocab_cross_entropy
+  - name: vocab_cross_entropy_offset_next_shard
+    entry: models:vocab_cross_entropy
+    variant: ce_offset_next_shard
+    expect: diverged
+"""
+
+
+@pytest.fixture(scope="module")
+def jax_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    pytest.importorskip("jax")
+    from config_runs import run_template
+
+    summary, _out = run_template(tmp_path_factory.mktemp("xent_jax"), ".shardproof.yml", _JAX_CONFIG, jax=ROOT / "examples" / "jax")
+    return {m["name"]: m for m in summary["models"]}
+
+
+def test_jax_vocab_cross_entropy_verifies(jax_report: dict[str, object]) -> None:
+    model = jax_report["vocab_cross_entropy"]
+    assert isinstance(model, dict)
+    assert model["status"] == "verified", (model["build"]["error"], model.get("result", {}).get("reason"))
+    assert "crossentropy/vocab-parallel-take-along-axis" in str(model["result"]["trace"])
+
+
+def test_jax_label_offset_of_the_next_shard_diverges_at_its_line(jax_report: dict[str, object]) -> None:
+    model = jax_report["vocab_cross_entropy_offset_next_shard"]
+    assert isinstance(model, dict)
+    result = model["result"]
+    assert model["status"] == "diverged" and result["witness"]["status"] == "confirmed", result["reason"]
+    lines = (ROOT / "examples" / "jax" / "models.py").read_text().splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if "# BUG-SITE: ce_offset_next_shard" in text)
+    source = result["divergences"][0]["source"]
+    assert (source["file"], source["line"]) == ("examples/jax/models.py", line), source
