@@ -125,8 +125,7 @@ def ulysses_untiled(ctx: JaxContext) -> JaxModel:
         def to_seq(t: Any) -> Any:  # [s, h/c, hd] -> [s/c, h, hd]
             g = t.reshape(c, s // c, h // c, hd)
             got = jax.lax.all_to_all(g, "sp", split_axis=0, concat_axis=0)  # [c (head group), s/c, h/c, hd]
-            order = (1, 2, 0, 3) if bug == "untiled_heads_swapped" else (1, 0, 2, 3)  # BUG-SITE: untiled_heads_swapped
-            return got.transpose(*order).reshape(s // c, h, hd)
+            return got.transpose(*((1, 2, 0, 3) if bug == "untiled_heads_swapped" else (1, 0, 2, 3))).reshape(s // c, h, hd)  # BUG-SITE: untiled_heads_swapped
 
         return to_seq(attn(to_heads(q), to_heads(k), to_heads(v)))
 

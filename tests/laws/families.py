@@ -1423,6 +1423,53 @@ def a2astack(rng: random.Random) -> Program:
     return Program("a2astack", f"{t}{dims} from {u} to {v}, stack at {ax}, defect {defect} (groups {g2})", base, dist, rel)
 
 
+# ---- movement through collectives followed on labels (rules/labelmove.egg) -------------------------
+
+
+def labelmove(rng: random.Random) -> Program:
+    """Ulysses' untiled all-to-all both ways: x [S, H, D] sharded along the sequence is split
+    into [S/c, c, H/c, D], the group axis moved first, exchanged (all-to-all along 0) and merged
+    to [S, H/c, D] (sharded along the heads), or back the other way. Drawn: the element type,
+    the direction, the groups, and the side conditions: the transpose left out or another one,
+    the all-to-all over other groups or with a group's members reversed."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    t = rng.choice(["f32", "bf16", "s8", "u16", "s32"])
+    s, h, d = 2 * c, 2 * c, 2
+    to_heads = rng.random() < 0.5
+    perm = rng.choice([(1, 0, 2, 3)] * 5 + [(0, 1, 2, 3), (1, 0, 3, 2)])
+    a2a_groups = rng.choice([groups] * 5 + [_other_groups(rng, groups)])
+
+    def ty(dims: list[int]) -> str:
+        return f"{t}[{','.join(map(str, dims))}]"
+
+    def tr(dims: list[int], p: tuple[int, ...]) -> list[int]:
+        return [dims[i] for i in p]
+
+    if to_heads:
+        src, in_dim, out_dim = [s // c, h, d], 0, 1
+        a = [s // c, c, h // c, d]
+        b = tr(a, perm)
+        body = (f"  %a = {ty(a)} reshape({ty(src)} %x)\n  %b = {ty(b)} transpose({ty(a)} %a), dimensions={{{','.join(map(str, perm))}}}\n"
+                f"  %e = {ty(b)} all-to-all({ty(b)} %b), channel_id=1, replica_groups={_groups_text(a2a_groups)}, dimensions={{0}}\n")
+        out = [s, h // c, d] if b[0] * b[1] == s else [b[0] * b[1], b[2], b[3]]
+        body += f"  ROOT %o = {ty(out)} reshape({ty(b)} %e)\n"
+    else:
+        src, in_dim, out_dim = [s, h // c, d], 1, 0
+        a = [c, s // c, h // c, d]
+        body = (f"  %a = {ty(a)} reshape({ty(src)} %x)\n"
+                f"  %e = {ty(a)} all-to-all({ty(a)} %a), channel_id=1, replica_groups={_groups_text(a2a_groups)}, dimensions={{0}}\n")
+        b = tr(a, perm)
+        body += f"  %b = {ty(b)} transpose({ty(a)} %e), dimensions={{{','.join(map(str, perm))}}}\n"
+        out = [s // c, h, d] if b[0] == s // c and b[1] * b[2] == h else [b[0], b[1] * b[2], b[3]]
+        body += f"  ROOT %o = {ty(out)} reshape({ty(b)} %b)\n"
+    base = f"HloModule lm_base\n\nENTRY %main (x: {ty([s, h, d])}) -> {ty([s, h, d])} {{\n  %x = {ty([s, h, d])} parameter(0)\n  ROOT %o = {ty([s, h, d])} copy({ty([s, h, d])} %x)\n}}\n"
+    dist = f"HloModule lm_dist\n\nENTRY %main (x: {ty(src)}) -> {ty(out)} {{\n  %x = {ty(src)} parameter(0)\n" + body + "}\n"
+    rel = {"groups": groups, "inputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": in_dim}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": out_dim}]}
+    form = f"{t} {'seq->heads' if to_heads else 'heads->seq'}, transpose {perm}, all-to-all over {a2a_groups}, declared along {out_dim} (groups {groups})"
+    return Program("labelmove", form, base, dist, rel)
+
 FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "rankpos": rankpos,
     "argreduce": argreduce,
@@ -1440,6 +1487,7 @@ FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "fsdpslice": fsdpslice,
     "jaxargreduce": jaxargreduce,
     "selectpartial": selectpartial,
+    "labelmove": labelmove,
     "expertlist": expertlist,
     "modgroup": modgroup,
     "fillbcast": fillbcast,
