@@ -2,7 +2,7 @@
 tests/adversarial/pairs written with torch and traced by torch-xla (tests/adversarial/torch_pairs.py):
 
 - each correct program is ``verified`` by the rules alone (the families modgroup, scancarry,
-  a2astack, fillbcast and the batch-norm expansion), and its bug twin is ``diverged`` with the
+  a2astack, packedar, fillbcast and the batch-norm expansion), and its bug twin is ``diverged`` with the
   witness confirming a difference, at a line inside the function that writes the bug;
 - LayerNorm written E[(x - m)^2] on the ranks against torch's F.layer_norm (which XLA expands as
   E[x^2] - E[x]^2) is NOT verified: the two are equal over the reals but not in floating point,
@@ -31,6 +31,8 @@ VERIFIED = [
     "c_layernorm_hidden_sharded_sumsq",  # batch-norm expansion + fillbcast
     "c_positions_sp_scan_carry",  # scancarry (integers)
     "c_a2a_chunk_cat_third_dim",  # a2astack
+    "c_layernorm_hidden_sharded_fused_stats",  # packedar: one all-reduce of both statistics
+    "c_flat_bucket_allreduce",  # packedar: a flattened bucket
 ]
 # bug twin -> the functions of torch_pairs.py one of which must hold the divergence's line (None:
 # a pair traced before torch_pairs.py grew, whose recorded lines are those of that version)
@@ -41,6 +43,8 @@ BUGS: dict[str, set[str] | None] = {
     "b_layernorm_sumsq_local_mean": {"_layer_norm_sumsq"},
     "b_positions_sp_scan_inclusive": {"_positions_scan"},
     "b_a2a_chunk_cat_third_dim_reversed": {"_a2a_third_dim"},
+    "b_layernorm_fused_stats_swapped": {"_layer_norm_fused_stats"},
+    "b_flat_bucket_allreduce_offset": {"_bucket"},
 }
 
 

@@ -1049,6 +1049,47 @@ def b_positions_sp_scan_inclusive(m: Any, rank: Any) -> tuple[Any, ...]:
     return _positions_scan(m, rank, True)
 
 
+def _layer_norm_fused_stats(x: Any, g: Any, swapped: bool) -> Any:
+    """The two statistics all-reduced as one tensor (one collective instead of two), split back."""
+    torch = _t()
+    st = all_reduce(torch.cat([x.sum(-1, keepdim=True), (x * x).sum(-1, keepdim=True)], -1))
+    s, sq = (st[:, 1:], st[:, :1]) if swapped else (st[:, :1], st[:, 1:])
+    mean = s / H
+    var = sq / H - mean * mean
+    return (x - mean) * torch.rsqrt(var + 1e-5) * g
+
+
+def c_layernorm_hidden_sharded_fused_stats(x: Any, g: Any) -> tuple[Any, ...]:
+    return (_layer_norm_fused_stats(x, g, False),)
+
+
+def b_layernorm_fused_stats_swapped(x: Any, g: Any) -> tuple[Any, ...]:
+    return (_layer_norm_fused_stats(x, g, True),)  # the packed statistics split in the wrong order
+
+
+# Row-parallel outputs all-reduced as one flat bucket (DDP / Megatron grad-buffer style):
+# flatten, concatenate, one all-reduce, split at the offsets, reshape back.
+def bucket_base(x: Any, w1: Any, w2: Any) -> tuple[Any, ...]:
+    F = _f()
+    return (F.linear(x, w1), F.linear(x, w2))
+
+
+def _bucket(x: Any, w1: Any, w2: Any, shift: int) -> tuple[Any, ...]:
+    torch, F = _t(), _f()
+    a, b = F.linear(x, w1), F.linear(x, w2)
+    flat = all_reduce(torch.cat([a.reshape(-1), b.reshape(-1)]))
+    n = a.numel()
+    return (flat[shift : n + shift].reshape(a.shape), flat[n:].reshape(b.shape))
+
+
+def c_flat_bucket_allreduce(x: Any, w1: Any, w2: Any) -> tuple[Any, ...]:
+    return _bucket(x, w1, w2, 0)
+
+
+def b_flat_bucket_allreduce_offset(x: Any, w1: Any, w2: Any) -> tuple[Any, ...]:
+    return _bucket(x, w1, w2, 1)  # the first tensor read one element late
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -1156,6 +1197,10 @@ def _pairs() -> list[TorchPair]:
         P("b_gqa_tiled_merge_backward_div", "GQA merge backward with tiled KV heads adding into rank // 2", (In("dk", (NH, S, HD), "sharded", 0), rank), dup, gqa_merge_tile_base, b_gqa_tiled_merge_backward_div),
         P("c_positions_sp_scan_carry", "int positions mask.cumsum(0) over sequence-parallel rows: local cumsum + exclusive scan of the gathered row totals at the rank", (In("m", (S, B), "sharded", 0, dtype="int32", int_range=(0, 2)), rank), sh0, pos_base, c_positions_sp_scan_carry),
         P("b_positions_sp_scan_inclusive", "int positions with the inclusive scan of the totals: the rank's own count added twice", (In("m", (S, B), "sharded", 0, dtype="int32", int_range=(0, 2)), rank), sh0, pos_base, b_positions_sp_scan_inclusive),
+        P("c_layernorm_hidden_sharded_fused_stats", "LayerNorm over a hidden-sharded dim: sum and sum of squares all-reduced as one concatenated tensor, then split", (In("x", (S, H), "sharded", 1), In("g", (H,), "sharded", 0)), sh1, ln_base, c_layernorm_hidden_sharded_fused_stats),
+        P("b_layernorm_fused_stats_swapped", "LayerNorm with packed statistics split in the wrong order (sum of squares taken as the sum)", (In("x", (S, H), "sharded", 1), In("g", (H,), "sharded", 0)), sh1, ln_base, b_layernorm_fused_stats_swapped),
+        P("c_flat_bucket_allreduce", "two row-parallel outputs flattened into one bucket, all-reduced once, split and reshaped back", (In("x", (S, H), "sharded", 1), In("w1", (F, H), "sharded", 1), In("w2", (H, H), "sharded", 1)), (("duplicate", None), ("duplicate", None)), bucket_base, c_flat_bucket_allreduce),
+        P("b_flat_bucket_allreduce_offset", "the bucket's first tensor read one element late", (In("x", (S, H), "sharded", 1), In("w1", (F, H), "sharded", 1), In("w2", (H, H), "sharded", 1)), (("duplicate", None), ("duplicate", None)), bucket_base, b_flat_bucket_allreduce_offset),
     ]
 
 

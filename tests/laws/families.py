@@ -1422,7 +1422,6 @@ def a2astack(rng: random.Random) -> Program:
            "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": v}]}
     return Program("a2astack", f"{t}{dims} from {u} to {v}, stack at {ax}, defect {defect} (groups {g2})", base, dist, rel)
 
-
 # ---- movement through collectives followed on labels (rules/labelmove.egg) -------------------------
 
 
@@ -1470,6 +1469,64 @@ def labelmove(rng: random.Random) -> Program:
     form = f"{t} {'seq->heads' if to_heads else 'heads->seq'}, transpose {perm}, all-to-all over {a2a_groups}, declared along {out_dim} (groups {groups})"
     return Program("labelmove", form, base, dist, rel)
 
+# ---- one all-reduce of packed tensors (rules/packedar.egg) ----------------------------------------
+
+
+def packedar(rng: random.Random) -> Program:
+    """Two partial sums (or max/min partials) packed into one all-reduce: concatenated along a
+    dim (or flattened to 1-D and concatenated, a gradient bucket), all-reduced once, sliced back
+    (and reshaped). Drawn: the element type (narrow, unsigned, float), the shapes, the packing,
+    the reducer, the groups, and the defects: a slice one element off, the two slices swapped
+    (equal shapes), the all-reduce over other groups, a max all-reduce of sum partials."""
+    groups = _layout(rng)
+    t = rng.choice(["f32", "bf16", "s32", "s8", "u8", "u16"])
+    op = rng.choice(["add", "add", "add", "maximum", "minimum"])
+    flat = rng.random() < 0.4
+    r0, r1 = rng.choice([1, 2]), rng.choice([1, 2])
+    h = rng.choice([2, 3])
+    defect = rng.choice(["none"] * 5 + ["off", "swap", "groups", "reducer"])
+    if defect == "swap":
+        r1 = r0
+    g2 = _other_groups(rng, groups) if defect == "groups" else groups
+    aop = "maximum" if defect == "reducer" and op != "maximum" else ("add" if defect == "reducer" else op)
+    red = _reducer("comb", aop, t)
+    s0, s1 = f"{t}[{r0},{h}]", f"{t}[{r1},{h}]"
+    base = (f"HloModule pk_base\n\nENTRY %main (a: {s0}, b: {s1}) -> ({s0}, {s1}) {{\n  %a = {s0} parameter(0)\n  %b = {s1} parameter(1)\n"
+            f"  ROOT %o = ({s0}, {s1}) tuple({s0} %a, {s1} %b)\n}}\n")
+    n0, n1 = r0 * h, r1 * h
+    if flat:
+        pk = f"{t}[{n0 + n1}]"
+        lines = [f"  %fa = {t}[{n0}] reshape({s0} %a)", f"  %fb = {t}[{n1}] reshape({s1} %b)",
+                 f"  %cat = {pk} concatenate({t}[{n0}] %fa, {t}[{n1}] %fb), dimensions={{0}}"]
+        rng0, rng1 = (0, n0), (n0, n0 + n1)
+        sl = lambda lo, hi: f"[{lo}:{hi}]"  # noqa: E731
+        piece = lambda n: f"{t}[{n}]"  # noqa: E731
+    else:
+        pk = f"{t}[{r0 + r1},{h}]"
+        lines = [f"  %cat = {pk} concatenate({s0} %a, {s1} %b), dimensions={{0}}"]
+        rng0, rng1 = (0, r0), (r0, r0 + r1)
+        sl = lambda lo, hi: f"[{lo}:{hi}], [0:{h}]"  # noqa: E731
+        piece = lambda n: f"{t}[{n // h},{h}]"  # noqa: E731
+    lines.append(f"  %ar = {pk} all-reduce({pk} %cat), channel_id=1, replica_groups={_groups_text(g2)}, use_global_device_ids=true, to_apply=%comb")
+    if defect == "swap":
+        rng0, rng1 = rng1, rng0
+    if defect == "off":
+        top = rng1[1]
+        rng0 = (rng0[0] + 1, rng0[1] + 1) if rng0[1] + 1 <= top else rng0
+    lines += [f"  %x0 = {piece(n0)} slice({pk} %ar), slice={{{sl(*((rng0[0], rng0[1]) if not flat else rng0))}}}",
+              f"  %x1 = {piece(n1)} slice({pk} %ar), slice={{{sl(*rng1)}}}"]
+    if flat:
+        lines += [f"  %y0 = {s0} reshape({t}[{n0}] %x0)", f"  %y1 = {s1} reshape({t}[{n1}] %x1)"]
+    else:
+        lines += [f"  %y0 = {s0} copy({s0} %x0)", f"  %y1 = {s1} copy({s1} %x1)"]
+    lines.append(f"  ROOT %o = ({s0}, {s1}) tuple({s0} %y0, {s1} %y1)")
+    dist = f"HloModule pk_dist\n\n{red}\nENTRY %main (a: {s0}, b: {s1}) -> ({s0}, {s1}) {{\n  %a = {s0} parameter(0)\n  %b = {s1} parameter(1)\n" + "\n".join(lines) + "\n}\n"
+    pop = {"add": "add", "maximum": "max", "minimum": "min"}[op]
+    rel = {"groups": groups, "inputs": [{"baseline": i, "distributed": i, "relation": "partial", "op": pop} for i in range(2)],
+           "outputs": [{"baseline": i, "distributed": i, "relation": "duplicate"} for i in range(2)]}
+    return Program("packedar", f"{t} partial({pop}) [{r0},{h}] + [{r1},{h}] {'flat' if flat else 'rows'} into {aop} all-reduce, defect {defect} (groups {g2})", base, dist, rel)
+
+
 FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "rankpos": rankpos,
     "argreduce": argreduce,
@@ -1493,6 +1550,7 @@ FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "fillbcast": fillbcast,
     "scancarry": scancarry,
     "a2astack": a2astack,
+    "packedar": packedar,
 }
 
 

@@ -60,6 +60,7 @@ from . import (
     modgroup,
     neutral,
     onehot,
+    packedar,
     padded,
     rankint,
     rankpos,
@@ -143,6 +144,7 @@ FAMILIES: list[Family] = [
     Family("fillbcast", "fillbcast.egg", fillbcast.TABLES, fillbcast.OPCODES, fillbcast.instruction_rows),
     Family("scancarry", "scancarry.egg", scancarry.TABLES, scancarry.OPCODES, scancarry.instruction_rows),
     Family("a2astack", "a2astack.egg", a2astack.TABLES),
+    Family("packedar", "packedar.egg", packedar.TABLES, graph_rows=packedar.graph_rows),
 ]
 
 
