@@ -1,5 +1,5 @@
-"""Tables of rules/expertlist.egg: experts held as a list per rank (DeepSpeed's ``Experts``,
-Megatron's ``SequentialMLP``), fed by the all-to-all of a duplicate.
+"""Tables of rules/expertlist.egg: experts held as a list per rank (DeepSpeed's ``Experts`` and
+code written like it), fed by the all-to-all of a duplicate, or selected by the rank's index.
 
 Rank r of an expert-parallel group of c holds n = E/c local experts; its local expert j is the
 baseline's expert r*n + j, and the tokens it runs are c identical copies (one from every rank)
