@@ -37,7 +37,7 @@ def _mask(m: object) -> str:
 
 
 def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
-    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "gpart", "inrange", "argpair", "argix", "extof", "gext", "gix", "athas", "argcand", "rot", "lrot", "rterm", "rsum", "scof", "pad", "rot2", "rred", "pexp", "osum", "fsdppiece", "lmmoved", "xcol", "xpair", "xgp", "xpp", "xpd"])
+    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "gpart", "inrange", "argpair", "argix", "extof", "gext", "gix", "athas", "argcand", "rot", "lrot", "rterm", "rsum", "scof", "pad", "rot2", "rred", "pexp", "osum", "fsdppiece", "lmmoved", "xcol", "xpair", "xgp", "xpp", "xpd", "mb", "mbevery", "mbp", "mbacc"])
     cls_of_value: dict[object, int] = {}
     classes: dict[int, int] = {}
     members: dict[int, list[int]] = {}
@@ -124,6 +124,17 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
         add(x, xp, f"rank-group(block floor(r/{k}) along dim {d}{where})", f"(grp {{b}} {{d}} {d} {k} {e})")
     for x, xp, d, k in tables["gpart"]:  # rules/scatter.egg
         add(x, xp, f"rank-group partial sum(block floor(r/{k}) along dim {d}, summed over the {k} ranks of the group)", f"(gpart {{b}} {{d}} {d} {k})")
+    # Microbatches (rules/microbatch.egg): blocks of the batch and their contributions count as
+    # related for localization, so a pipeline's finding is where the blocks stop relating (a
+    # sum missing a block, a loss not divided by M), not at the first slice or bias broadcast.
+    for x, xp, d, e, n in tables["mb"]:
+        add(x, xp, f"microbatch block {e} of {n} along dim {d}", f"(mb {{b}} {{d}} {d} {e} {n})")
+    for x, xp, d, n in tables["mbevery"]:
+        add(x, xp, f"every microbatch block of {n} along dim {d}", f"(mbevery {{b}} {{d}} {d} {n})")
+    for x, xp, e, n, _y, _d in tables["mbp"]:
+        add(x, xp, f"microbatch {e}'s contribution (of {n})")
+    for x, xp, m, n, _y, _d in tables["mbacc"]:
+        add(x, xp, f"sum of the contributions of microbatches {_mask(m)} (of {n})")
     for z, x, d, _size, n, mask in tables["lrd"]:
         # Only sums over blocks of a sharded tensor relate to the baseline (x is the baseline).
         blocks = [str(e) for e in range(int(n)) if int(mask) >> e & 1]  # type: ignore[call-overload]

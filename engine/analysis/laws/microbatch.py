@@ -37,8 +37,13 @@ Rows = dict[str, list[tuple[object, ...]]]
 
 
 def graph_rows(rows: Rows, g: Graphs) -> None:
-    # Only the block counts the distributed program actually cuts, so other programs pay nothing.
-    counts = sorted({int(r[4]) for r in rows.get("sliceblock", []) if isinstance(r[4], int) and r[4] > 1})  # type: ignore[arg-type]
+    # The block counts the distributed program cuts (its literal slices) and, in one layer of a
+    # partitioned program, the counts its inputs may be cut into (a parameter of b rows beside
+    # a baseline one of n·b rows: the facts carried from the layer before say whether it is a
+    # block). The rules that start a relation need a cut or a carried block (mbactive), so a
+    # program without microbatches only pays the rows.
+    counts = {int(r[4]) for r in rows.get("sliceblock", []) if isinstance(r[4], int) and r[4] > 1}  # type: ignore[arg-type]
+    counts |= _boundary_counts(g)
     if not counts:
         return
     moves: set[str] = set()
@@ -49,9 +54,24 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
             moves.add(node.sig.key())
         if node.side != "baseline":
             continue
-        for n in counts:
+        for n in sorted(counts):
             _rows(rows, node.sig, node.ins.parsed, n)
     rows["mbmove"].extend((k,) for k in sorted(moves))
+
+
+def _boundary_counts(g: Graphs) -> set[int]:
+    """n for every baseline / distributed input pair of one rank whose shapes differ in exactly
+    one dim, the baseline's n times the distributed's."""
+    # Inputs of the segment: parameters, and the placeholders a folded layer's block reads
+    # (operand-free custom-calls, engine/analysis/folded.py).
+    shapes = {side: {tuple(n.ins.shape.dims) for n in g.nodes if n.side == side and not n.operands and n.ins.opcode in ("parameter", "custom-call") and not n.ins.shape.is_tuple} for side in ("baseline", "distributed")}
+    out: set[int] = set()
+    for b in shapes["baseline"]:
+        for d in shapes["distributed"]:
+            diff = [(x, y) for x, y in zip(b, d, strict=False) if x != y] if len(b) == len(d) else []
+            if len(diff) == 1 and diff[0][1] > 0 and diff[0][0] % diff[0][1] == 0 and 1 < diff[0][0] // diff[0][1] <= 64:
+                out.add(diff[0][0] // diff[0][1])
+    return out
 
 
 def _ints(parsed: dict[str, object], key: str) -> list[int]:
