@@ -277,13 +277,24 @@ def build_request(request: dict[str, Any]) -> dict[str, Any]:
     fn = load_entry(request["entry"], request["python_path"])
     ctx = JaxContext(request["name"], len(jax.devices()), request.get("variant"), request.get("size") or {})
     model = fn(ctx)
-    if not isinstance(model, JaxModel):
+    from ..pipeline.jaxsplit import JaxPipeline
+
+    if not isinstance(model, (JaxModel, JaxPipeline)):
         raise DeclarationError(f"the entry point must return shardproof.engine.frontend.jax.declare.JaxModel, got {type(model).__name__}", "entry")
     unread = [k for k in ctx.unread_knobs() if k in (request.get("own_size") or [])]
     if unread:
         raise DeclarationError(f"size knob(s) {', '.join(unread)} are never read by {request['entry']}", f"size.{unread[0]}")
     try:
-        build_one(model, request["name"], out, dump)
+        if isinstance(model, JaxPipeline):  # per-rank programs composed along the permutes
+            from ..pipeline import jaxsplit
+
+            try:
+                jaxsplit.build(model, request["name"], out)
+            except jaxsplit.SplitError as e:
+                raise SpecError(str(e)) from e
+            model = model.model
+        else:
+            build_one(model, request["name"], out, dump)
     except SpecError as e:
         raise DeclarationError(str(e), "entry") from e
     root = Path(request["root"])

@@ -19,6 +19,7 @@ from jax import shard_map
 from jax.sharding import PartitionSpec as P
 
 from shardproof.engine.frontend.jax.declare import JaxContext, JaxInput, JaxModel
+from shardproof.engine.frontend.pipeline.jaxsplit import JaxPipeline
 
 
 def block(x: Any, w: Any) -> Any:
@@ -39,14 +40,14 @@ def gpipe(ctx: JaxContext) -> JaxModel:
 
     def per_device(x: Any, w: Any) -> Any:
         stage = jax.lax.axis_index("pp")
-        chunks = x.reshape(m, batch // m, hidden)
-        state = jnp.zeros((batch // m, hidden), x.dtype)
+        size = batch // m
+        state = jnp.zeros((size, hidden), x.dtype)
         outputs = []
         forward = [(i, i + 1) for i in range(stages - 1)]
         if bug == "wrong_peer":
             forward = [(i, (i + 2) % stages) for i in range(stages)]  # BUG-SITE: wrong_peer (each stage hands its activation two stages on)
         for t in range(m + stages - 1):
-            fresh = chunks[t] if t < m else jnp.zeros_like(state)
+            fresh = x[t * size : (t + 1) * size] if t < m else jnp.zeros_like(state)
             h = jnp.where(stage == 0, fresh, state)
             for j in range(per):
                 h = block(h, w[0, j])
@@ -62,3 +63,9 @@ def gpipe(ctx: JaxContext) -> JaxModel:
     dist = shard_map(per_device, mesh=mesh, in_specs=(P(), P("pp")), out_specs=P(), check_vma=False)
     return JaxModel(base, dist, mesh, [JaxInput("x", (batch, hidden)), JaxInput("w", (stages, per, hidden, hidden), spec=("pp", None, None, None))],
                     description=f"GPipe over {stages} stages, {m} microbatches, ppermute between stages")
+
+
+def gpipe_per_rank(ctx: JaxContext) -> JaxPipeline:
+    """The same pipeline, checked per rank: the shard_map is split over ``pp`` and the ranks
+    composed along the ppermutes (engine/frontend/pipeline/jaxsplit.py)."""
+    return JaxPipeline(gpipe(ctx), axis="pp")
