@@ -12,6 +12,7 @@ import importlib.util
 import itertools
 import math
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -64,32 +65,31 @@ bindings = _bindings()
 RULE_FILES: tuple[str, ...] = laws.rule_files()
 
 
+# One scan finds comments, strings and parentheses (in C); the loop sees only those.
+_TOKENS = re.compile(r';[^\n]*|"(?:[^"\\]|\\.)*"?|[()]')
+
+
 def split_forms(text: str) -> Iterator[str]:
     """Top-level s-expressions of an egglog file, skipping ``;`` comments and strings."""
-    depth = 0
-    start = -1
-    i, n = 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch == ";":
-            while i < n and text[i] != "\n":
-                i += 1
-            continue
-        if ch == '"':
-            i += 1
-            while i < n and text[i] != '"':
-                i += 2 if text[i] == "\\" else 1
-        elif ch == "(":
+    for _at, form in _forms(text):
+        yield form
+
+
+def _forms(text: str) -> Iterator[tuple[int, str]]:
+    """(offset, form) of each top-level s-expression of ``text``."""
+    depth, start = 0, -1
+    for m in _TOKENS.finditer(text):
+        tok = m.group()
+        if tok == "(":
             if depth == 0:
-                start = i
+                start = m.start()
             depth += 1
-        elif ch == ")":
+        elif tok == ")":
             depth -= 1
             if depth == 0:
-                yield text[start : i + 1]
-            if depth < 0:
-                raise ValueError(f"unbalanced ')' at offset {i}")
-        i += 1
+                yield start, text[start : m.end()]
+            elif depth < 0:
+                raise ValueError(f"unbalanced ')' at offset {m.start()}")
     if depth:
         raise ValueError("unbalanced '(' at end of rule text")
 
@@ -125,16 +125,13 @@ class Session:
             with phase("rules", "rules/") as p:
                 for name in rule_files:
                     p.at(f"rules/{name}")
-                    text, at = rule_text(name), 0
-                    for form in split_forms(text):
-                        at = text.find(form, at)
+                    text = rule_text(name)
+                    for at, form in _forms(text):
                         try:
                             self.command(form)
                         except BaseException:
-                            line = text.count("\n", 0, at) + 1
-                            p.where = f"rules/{name}:{line}"
+                            p.where = f"rules/{name}:{text.count(chr(10), 0, at) + 1}"
                             raise
-                        at += len(form)
         except BaseException:
             self.close()
             raise
