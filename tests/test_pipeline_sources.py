@@ -142,3 +142,62 @@ def test_rank_program_keeps_the_stage_modules_names() -> None:
     assert program.get_submodule("layers.1") is b.layers["1"]
     with pytest.raises(ValueError, match="held by two stage modules"):
         rank_program([a, Net()], lambda x: x)
+
+
+_JAX_CONFIG = """\
+version: 1
+framework: jax
+root: {root}
+python_path: [{pipeline}]
+defaults:
+  devices: 4
+models:
+  - name: gpipe_per_rank
+    entry: jax_gpipe.models:gpipe_per_rank
+    size: {{layers_per_stage: 2}}
+  - name: bug_wrong_peer
+    entry: jax_gpipe.models:gpipe_per_rank
+    variant: wrong_peer
+    expect: diverged
+  - name: gpipe_spmd
+    entry: jax_gpipe.models:gpipe
+    expect: unproven
+"""
+
+
+@pytest.fixture(scope="module")
+def jax_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    return run_template(tmp_path_factory.mktemp("pipeline_jax"), ".shardproof.yml", _JAX_CONFIG, pipeline=ROOT / "examples" / "pipeline")
+
+
+def test_jax_gpipe_split_per_rank_is_verified_and_its_bug_diverged(jax_report: tuple[dict[str, Any], Path]) -> None:
+    model = _entry(jax_report, "gpipe_per_rank")
+    assert model["status"] == "verified", (model["build"].get("error"), model.get("result", {}).get("reason"))
+    out = jax_report[1] / "gpipe_per_rank"
+    # The composed program holds every rank's work: 4 microbatches x 4 stages x 2 layers, and
+    # no collective is left (the permutes are wiring, the psum a sum of the ranks' values).
+    hlo = (out / "distributed.hlo").read_text()
+    assert hlo.count(" dot(") == 32
+    assert "collective-permute" not in hlo and "all-reduce" not in hlo
+    bug = _entry(jax_report, "bug_wrong_peer")
+    assert bug["status"] == "diverged", bug["result"]["reason"]
+    assert bug["result"]["witness"]["status"] == "confirmed", bug["result"]["witness"]
+    # As one SPMD program the same pipeline is not proven: the per-rank where has no relation.
+    assert _entry(jax_report, "gpipe_spmd")["status"] == "unproven"
+
+
+def test_jax_split_refuses_a_collective_it_cannot_compose() -> None:
+    import jax
+    import jax.numpy as jnp
+    from jax import shard_map
+    from jax.sharding import PartitionSpec as P
+
+    from shardproof.engine.frontend.jax.declare import JaxInput, JaxModel
+    from shardproof.engine.frontend.pipeline.jaxsplit import JaxPipeline, SplitError, composed
+
+    mesh = jax.make_mesh((1,), ("pp",))
+    dist = shard_map(lambda x: jax.lax.pmax(x, "pp"), mesh=mesh, in_specs=(P(),), out_specs=P(), check_vma=False)
+    model = JaxModel(lambda x: x, dist, mesh, [JaxInput("x", (2, 2))])
+    fn, _ = composed(JaxPipeline(model), [jax.ShapeDtypeStruct((2, 2), jnp.float32)])
+    with pytest.raises(SplitError, match=r"pmax at .*test_pipeline_sources\.py:\d+: pmax has no per-rank form"):
+        jax.jit(fn).lower(jax.ShapeDtypeStruct((2, 2), jnp.float32))
