@@ -33,6 +33,7 @@ VERIFIED = [
     "c_a2a_chunk_cat_third_dim",  # a2astack
     "c_layernorm_hidden_sharded_fused_stats",  # packedar: one all-reduce of both statistics
     "c_flat_bucket_allreduce",  # packedar: a flattened bucket
+    "c_hlo_tuple_a2a_row_col_blocks",  # dotblock + a2astack: a tuple all-to-all of separate dots
 ]
 # bug twin -> the functions of torch_pairs.py one of which must hold the divergence's line (None:
 # a pair traced before torch_pairs.py grew, whose recorded lines are those of that version)
@@ -46,6 +47,10 @@ BUGS: dict[str, set[str] | None] = {
     "b_layernorm_fused_stats_swapped": {"_layer_norm_fused_stats"},
     "b_flat_bucket_allreduce_offset": {"_bucket"},
 }
+
+
+# hand-written HLO twins carry no source lines: the divergence names the instruction
+HLO_BUGS = {"b_hlo_tuple_a2a_rows_swapped": "%y", "b_hlo_tuple_a2a_same_block": "%y"}
 
 
 def _check(name: str, witness: str = "auto") -> dict:
@@ -80,6 +85,15 @@ def test_bug_twin_is_diverged_at_its_function_and_witnessed(name: str) -> None:
     want = BUGS[name]
     if want is not None:
         assert _function_at(int(src["line"])) in want, (src, _function_at(int(src["line"])))
+
+
+@pytest.mark.parametrize("name", sorted(HLO_BUGS))
+def test_hand_written_bug_twin_is_diverged_and_witnessed(name: str) -> None:
+    pytest.importorskip("jax")
+    result = _check(name)
+    assert result["verdict"] == "diverged", result["reason"]
+    assert (result.get("witness") or {}).get("status") == "confirmed", result.get("witness")
+    assert result["divergences"][0]["instruction"] == HLO_BUGS[name]
 
 
 def test_layernorm_centered_variance_is_not_verified_against_torch_layer_norm() -> None:

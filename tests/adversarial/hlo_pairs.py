@@ -520,6 +520,30 @@ def _regression(name: str, twin: tuple[str, str, str] | None = None) -> tuple[st
         base, dist = (base.replace(old, new), dist) if side == "baseline" else (base, dist.replace(old, new))
     return base, dist, rel
 
+# Issue 25: a tuple all-to-all of operands that are not pieces of one array. Rank r computes
+# x_r · W[:, block j] for every destination j as a tensor of its own; the tuple all-to-all
+# gives rank j the blocks (r, j) of x · W, concatenated along the rows: block j of the columns.
+_TA2A_BASE = _module("tuple_a2a_base", """ENTRY %main (x: f32[8,16], w: f32[16,8]) -> f32[8,8] {
+  %x = f32[8,16] parameter(0)
+  %w = f32[16,8] parameter(1)
+  ROOT %y = f32[8,8] dot(f32[8,16] %x, f32[16,8] %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}""")
+_TA2A_REL = _rel(["{baseline: 0, distributed: 0, relation: sharded, dim: 0}", "{baseline: 1, distributed: 1, relation: duplicate}"],
+                 ["{baseline: 0, distributed: 0, relation: sharded, dim: 1}"])
+
+
+def _tuple_a2a(order: tuple[int, ...] = (0, 1, 2, 3), own_block: bool = False) -> str:
+    lines = ["ENTRY %main (x: f32[2,16], w: f32[16,8]) -> f32[8,2] {", "  %x = f32[2,16] parameter(0)", "  %w = f32[16,8] parameter(1)"]
+    for j in range(C):
+        k = 0 if own_block else j  # own_block: every destination gets the same block of W
+        lines += [f"  %wj{j} = f32[16,2] slice(f32[16,8] %w), slice={{[0:16], [{2 * k}:{2 * k + 2}]}}",
+                  f"  %o{j} = f32[2,2] dot(f32[2,16] %x, f32[16,2] %wj{j}), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}"]
+    tup = "(" + ", ".join(["f32[2,2]"] * C) + ")"
+    lines.append(f"  %a = {tup} all-to-all({', '.join(f'f32[2,2] %o{j}' for j in range(C))}), channel_id=1, replica_groups={{{{0,1,2,3}}}}")
+    lines += [f"  %e{i} = f32[2,2] get-tuple-element({tup} %a), index={i}" for i in range(C)]
+    lines.append(f"  ROOT %y = f32[8,2] concatenate({', '.join(f'f32[2,2] %e{i}' for i in order)}), dimensions={{0}}")
+    return _module("tuple_a2a_dist", "\n".join(lines) + "\n}")
+
 
 PAIRS: dict[str, tuple[str, ...]] = {
     "c_hlo_iota_replica_groups": ("sum over a sharded dim, all-reduce with iota replica groups [1,4]<=[4]", _SUM_BASE, _sum_dist("[1,4]<=[4]"), _rel([SHARD0], [DUP_OUT])),
@@ -578,4 +602,7 @@ PAIRS: dict[str, tuple[str, ...]] = {
     "b_hlo_padded_guard_trips_on_tail": ("where(w < 1, 7, w) on padded counts in [1, 10): the zero tail becomes 7", *_regression("padded_int_range_on_tail")),
     "c_hlo_padded_guard_passes_tail": ("where(w < 0, 7, w) on padded counts in [1, 10): the zero tail passes",
                                        *_regression("padded_int_range_on_tail", ("distributed", "%one = s32[] constant(1)", "%one = s32[] constant(0)"))),
+    "c_hlo_tuple_a2a_row_col_blocks": ("tuple all-to-all of four separately computed dots x_r W[:, block j]: rank j stacks blocks (r, j) into column block j", _TA2A_BASE, _tuple_a2a(), _TA2A_REL),
+    "b_hlo_tuple_a2a_rows_swapped": ("the tuple all-to-all's received blocks concatenated with ranks 0 and 1 swapped", _TA2A_BASE, _tuple_a2a((1, 0, 2, 3)), _TA2A_REL),
+    "b_hlo_tuple_a2a_same_block": ("every destination sent W's block 0 instead of its own column block", _TA2A_BASE, _tuple_a2a(own_block=True), _TA2A_REL),
 }

@@ -50,6 +50,7 @@ from . import (
     clampgather,
     core,
     crossentropy,
+    dotblock,
     expertlist,
     fillbcast,
     fsdpslice,
@@ -145,6 +146,7 @@ FAMILIES: list[Family] = [
     Family("scancarry", "scancarry.egg", scancarry.TABLES, scancarry.OPCODES, scancarry.instruction_rows),
     Family("a2astack", "a2astack.egg", a2astack.TABLES),
     Family("packedar", "packedar.egg", packedar.TABLES, graph_rows=packedar.graph_rows),
+    Family("dotblock", "dotblock.egg", dotblock.TABLES, dotblock.OPCODES, dotblock.instruction_rows),
 ]
 
 
