@@ -37,7 +37,7 @@ def _mask(m: object) -> str:
 
 
 def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
-    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "gpart", "inrange", "argpair", "argix", "extof", "gext", "gix", "athas", "argcand", "rot", "lrot", "rterm", "rsum", "scof", "pad", "rot2", "rred", "pexp", "osum", "fsdppiece", "lmmoved", "xcol", "xpair", "xgp", "xpp", "xpd", "mb", "mbevery", "mbp", "mbacc"])
+    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "gpart", "inrange", "argpair", "argix", "extof", "gext", "gix", "athas", "argcand", "rot", "lrot", "rterm", "rsum", "scof", "pad", "rot2", "rred", "pexp", "osum", "fsdppiece", "lmmoved", "xcol", "xpair", "xgp", "xpp", "xpd", "xlab", "mb", "mbevery", "mbp", "mbacc"])
     cls_of_value: dict[object, int] = {}
     classes: dict[int, int] = {}
     members: dict[int, list[int]] = {}
@@ -198,6 +198,8 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
                 add_dist_only(xp, f"{name}(w={w}) of reshaped labels", "crossentropy/labels")
     # The vocab-parallel pick of the labels' log-probabilities (rules/crossentropy.egg): its
     # intermediates count as related for localization; only the loss relates to the baseline.
+    for (xp,) in tables["xlab"]:
+        add_dist_only(xp, "the labels with ignored ones set to 0 (a term of the rules, not an instruction)", "crossentropy/labels")
     for _t, xp, w in tables["xcol"]:
         add_dist_only(xp, f"the labels shifted into this rank's block (w={w})", "crossentropy/pick")
     for _t, xp, w in tables["xpair"]:

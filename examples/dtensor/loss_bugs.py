@@ -17,6 +17,9 @@ The correct computation, for log-probabilities x' (rank r holds vocabulary block
     removed): each rank's loss sums only the labels of its own block.
 ``local_count``: the mean divides by the number of labels in this rank's block instead of all
     kept labels.
+``ignore_not_masked``: the ignored labels' losses are not zeroed (each adds the
+    log-probability of class 0, where the safe label points).
+``mean_over_all_tokens``: the mean divides by the number of tokens, ignored ones included.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import torch
 import torch.distributed._functional_collectives as funcol
 from torch.distributed.tensor.parallel import loss as dt_loss
 
-VARIANTS = ("label_offset_next_shard", "picks_not_reduced", "local_count")
+VARIANTS = ("label_offset_next_shard", "picks_not_reduced", "local_count", "ignore_not_masked", "mean_over_all_tokens")
 _MEAN = 1  # torch's Reduction.MEAN
 
 
@@ -50,9 +53,13 @@ def _forward(variant: str) -> Any:
         if variant != "picks_not_reduced":
             pick = funcol.all_reduce(pick, "sum", (mesh, mesh_dim))  # BUG-SITE: picks_not_reduced
         loss = torch.where(kept, -pick.squeeze(1), 0.0)
+        if variant == "ignore_not_masked":
+            loss = -pick.squeeze(1)  # BUG-SITE: ignore_not_masked
         total = kept.sum().to(x)
         if variant == "local_count":
             total = (kept & ~outside.squeeze(1)).sum().to(x)  # BUG-SITE: local_count
+        if variant == "mean_over_all_tokens":
+            total = torch.ones_like(loss).sum()  # BUG-SITE: mean_over_all_tokens
         return loss.sum() / total, total
 
     return nll_loss_forward

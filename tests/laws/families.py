@@ -1526,44 +1526,6 @@ def packedar(rng: random.Random) -> Program:
            "outputs": [{"baseline": i, "distributed": i, "relation": "duplicate"} for i in range(2)]}
     return Program("packedar", f"{t} partial({pop}) [{r0},{h}] + [{r1},{h}] {'flat' if flat else 'rows'} into {aop} all-reduce, defect {defect} (groups {g2})", base, dist, rel)
 
-# ---- a dot cut along a free dim of each operand (rules/dotblock.egg) -------------------------------
-
-
-def dotblock(rng: random.Random) -> Program:
-    """x sharded by rows times each column block of a duplicate W, exchanged with a tuple
-    all-to-all (operands computed separately), concatenated by rows: block j of the columns of
-    x · W. Drawn: the element type (narrow, unsigned, float), the extents, the groups, and the
-    defects: the received blocks in another order, every destination sent the same block, a
-    column slice off by one."""
-    groups = _layout(rng)
-    c = len(groups[0])
-    t = rng.choice(["f32", "bf16", "s32", "s8", "u8"])
-    m, k, n = rng.choice([1, 2]), rng.choice([2, 3]), rng.choice([1, 2])
-    rows, cols = c * m, c * n
-    defect = rng.choice(["none"] * 5 + ["order", "same", "off"])
-    xs, ws, ys = f"{t}[{rows},{k}]", f"{t}[{k},{cols}]", f"{t}[{rows},{cols}]"
-    base = (f"HloModule db_base\n\nENTRY %main (x: {xs}, w: {ws}) -> {ys} {{\n  %x = {xs} parameter(0)\n  %w = {ws} parameter(1)\n"
-            f"  ROOT %y = {ys} dot({xs} %x, {ws} %w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}\n}}\n")
-    lx, piece = f"{t}[{m},{k}]", f"{t}[{m},{n}]"
-    lines = [f"  %x = {lx} parameter(0)", f"  %w = {ws} parameter(1)"]
-    for j in range(c):
-        b = 0 if defect == "same" else j
-        lo = b * n + (1 if defect == "off" and j == 0 else 0)
-        lines += [f"  %wj{j} = {t}[{k},{n}] slice({ws} %w), slice={{[0:{k}], [{lo}:{lo + n}]}}",
-                  f"  %o{j} = {piece} dot({lx} %x, {t}[{k},{n}] %wj{j}), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}"]
-    tup = "(" + ", ".join([piece] * c) + ")"
-    lines.append(f"  %a = {tup} all-to-all({', '.join(f'{piece} %o{j}' for j in range(c))}), channel_id=1, replica_groups={_groups_text(groups)}")
-    lines += [f"  %e{i} = {piece} get-tuple-element({tup} %a), index={i}" for i in range(c)]
-    order = list(range(c))
-    if defect == "order":
-        order[0], order[1] = order[1], order[0]
-    lines.append(f"  ROOT %y = {t}[{rows},{n}] concatenate({', '.join(f'{piece} %e{i}' for i in order)}), dimensions={{0}}")
-    dist = f"HloModule db_dist\n\nENTRY %main (x: {lx}, w: {ws}) -> {t}[{rows},{n}] {{\n" + "\n".join(lines) + "\n}\n"
-    rel = {"groups": groups, "inputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 0},
-                                        {"baseline": 1, "distributed": 1, "relation": "duplicate"}],
-           "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 1}]}
-    return Program("dotblock", f"{t} x[{rows},{k}] W[{k},{cols}], defect {defect} (groups {groups})", base, dist, rel)
-
 
 FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "rankpos": rankpos,
@@ -1589,7 +1551,6 @@ FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "scancarry": scancarry,
     "a2astack": a2astack,
     "packedar": packedar,
-    "dotblock": dotblock,
 }
 
 
@@ -1623,10 +1584,11 @@ def crossentropy(rng: random.Random) -> Program:
     bounds r·w and r·w + w, shifted, picked by a gather of (row, shift) pairs, masked, summed
     over the ranks by an all-reduce, negated, ignored labels zeroed, summed and divided by the
     count of kept labels). Drawn: the label type, the float type, the labels' declared range
-    (inside [0, V) or not), ignore_index (outside the range or inside it), sum / mean / per-row,
+    (inside [0, V) or not), ignore_index (outside the range or inside it), labels padded with it
+    (ignored rows present) or not, sum / mean / per-row,
     the groups, and a defect: the offset of the next rank or a width off by one, the all-reduce
     dropped or over other groups, the mean over the rank's own labels or over all n tokens,
-    the negation dropped."""
+    the negation dropped, the ignored rows not zeroed, the ranks padding with 0."""
     groups = _layout(rng)
     c = len(groups[0])
     n = rng.choice([4, 6, 8])
@@ -1637,10 +1599,21 @@ def crossentropy(rng: random.Random) -> Program:
     form = rng.choice(["mean", "mean", "sum", "none"])
     lo, hi = rng.choice([(0, v)] * 5 + [(0, v + 1), (-1, v), (0, 2 * v)])
     ig = -100 if rng.random() < 0.8 else rng.choice([0, v - 1])
-    defect = rng.choice(["none"] * 6 + ["offset_next", "width_minus", "no_all_reduce", "other_groups", "local_count", "count_all", "no_negate"])
+    # ignored labels: the labels of n - 1 tokens padded with ig (transformers' shifted labels)
+    padded = rng.random() < 0.4
+    defect = rng.choice(["none"] * 6 + ["offset_next", "width_minus", "no_all_reduce", "other_groups", "local_count", "count_all", "no_negate"]
+                        + (["unmasked", "pad_zero"] if padded else []))
     ar_groups = _other_groups(rng, groups) if defect == "other_groups" else groups
 
-    base = [f"  %t = {ti}[{n}] parameter(0)", f"  %x = {ft}[{n},{v}] parameter(1)",
+    tin = f"{ti}[{n - 1}]" if padded else f"{ti}[{n}]"
+
+    def labels(pad_value: int) -> list[str]:
+        if not padded:
+            return [f"  %t = {ti}[{n}] parameter({{t}})"]
+        return [f"  %t0 = {ti}[{n - 1}] parameter({{t}})", f"  %pv = {ti}[] constant({pad_value})",
+                f"  %t = {ti}[{n}] pad({ti}[{n - 1}] %t0, {ti}[] %pv), padding=0_1"]
+
+    base = [line.format(t=0) for line in labels(ig)] + [f"  %x = {ft}[{n},{v}] parameter(1)",
             f"  %tb = {ti}[{n},{v}] broadcast({ti}[{n}] %t), dimensions={{0}}",
             f"  %io = {ti}[1,{v}] iota(), iota_dimension=1", f"  %ior = {ti}[{v}] reshape({ti}[1,{v}] %io)",
             f"  %iob = {ti}[{n},{v}] broadcast({ti}[{v}] %ior), dimensions={{1}}",
@@ -1670,11 +1643,11 @@ def crossentropy(rng: random.Random) -> Program:
         else:
             base += [f"  ROOT %loss = {ft}[] copy({ft}[] %num)"]
     out_t = f"{ft}[{n}]" if form == "none" else f"{ft}[]"
-    baseline = (f"HloModule xent_base\n\n{_reducer('add', 'add', ft)}\nENTRY %main (t: {ti}[{n}], x: {ft}[{n},{v}]) -> {out_t} {{\n"
+    baseline = (f"HloModule xent_base\n\n{_reducer('add', 'add', ft)}\nENTRY %main (t: {tin}, x: {ft}[{n},{v}]) -> {out_t} {{\n"
                 + "\n".join(base) + "\n}\n")
 
     wc = w - 1 if defect == "width_minus" else w
-    d = ["  %r = s32[] parameter(0)", f"  %t = {ti}[{n}] parameter(1)", f"  %x = {ft}[{n},{w}] parameter(2)",
+    d = ["  %r = s32[] parameter(0)", *(line.format(t=1) for line in labels(0 if defect == "pad_zero" else ig)), f"  %x = {ft}[{n},{w}] parameter(2)",
          f"  %ig = {ti}[] constant({ig})", f"  %igb = {ti}[{n}] broadcast({ti}[] %ig), dimensions={{}}",
          f"  %keep = pred[{n}] compare({ti}[{n}] %t, {ti}[{n}] %igb), direction=NE",
          f"  %zt = {ti}[] constant(0)", f"  %ztb = {ti}[{n}] broadcast({ti}[] %zt), dimensions={{}}",
@@ -1703,7 +1676,7 @@ def crossentropy(rng: random.Random) -> Program:
     d += [f"  %q1 = {ft}[{n}] reshape({ft}[{n},1] %q)",
           f"  %nq = {ft}[{n}] negate({ft}[{n}] %q1)" if defect != "no_negate" else f"  %nq = {ft}[{n}] copy({ft}[{n}] %q1)",
           f"  %fzn = {ft}[{n}] broadcast({ft}[] %fz), dimensions={{}}",
-          f"  %l = {ft}[{n}] select(pred[{n}] %keep, {ft}[{n}] %nq, {ft}[{n}] %fzn)"]
+          f"  %l = {ft}[{n}] select(pred[{n}] %keep, {ft}[{n}] %nq, {ft}[{n}] %fzn)" if defect != "unmasked" else f"  %l = {ft}[{n}] copy({ft}[{n}] %nq)"]
     if form == "none":
         d.append(f"  ROOT %loss = {ft}[{n}] copy({ft}[{n}] %l)")
     else:
@@ -1724,12 +1697,12 @@ def crossentropy(rng: random.Random) -> Program:
                       f"  %cntf = {ft}[] convert(s64[] %cnt)"]
             d.append(f"  ROOT %loss = {ft}[] divide({ft}[] %sum, {ft}[] %cntf)")
     dist = (f"HloModule xent_dist\n\n{_reducer('add', 'add', ft)}\n{_reducer('addi', 'add', 's64')}\n"
-            f"ENTRY %main (r: s32[], t: {ti}[{n}], x: {ft}[{n},{w}]) -> {out_t} {{\n" + "\n".join(d) + "\n}\n")
+            f"ENTRY %main (r: s32[], t: {tin}, x: {ft}[{n},{w}]) -> {out_t} {{\n" + "\n".join(d) + "\n}\n")
     rel = {"groups": groups, "inputs": [{"distributed": 0, "relation": "rank"},
                                         {"baseline": 0, "distributed": 1, "relation": "duplicate", "int_range": [lo, hi]},
                                         {"baseline": 1, "distributed": 2, "relation": "sharded", "dim": 1}],
            "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
-    desc = (f"{form} over n={n} V={v} (c={c}, w={w}) labels {ti} in [{lo}, {hi}) ignore {ig}, {ft}, defect {defect}, "
+    desc = (f"{form} over n={n} V={v} (c={c}, w={w}) labels {ti} in [{lo}, {hi}){' padded with the ignore index' if padded else ''} ignore {ig}, {ft}, defect {defect}, "
             f"all-reduce over {ar_groups} (groups {groups})")
     return Program("crossentropy", desc, baseline, dist, rel)
 
