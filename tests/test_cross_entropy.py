@@ -149,10 +149,11 @@ def test_cross_entropy_3d_bug_diverges(pair_3d: Path, tmp_path: Path, bug: str) 
     assert r.witness is not None and r.witness["status"] == "confirmed", r.witness
 
 
-# ---- DTensor's loss_parallel (rules/crossentropy.egg, section e): the decoder of
+# ---- DTensor's loss_parallel (rules/crossentropy.egg, sections e and g): the decoder of
 # examples/dtensor with one block, its cross entropy under loss_parallel (labels compared with the
 # rank's bounds, picked by MaskPartial, the mean over count(labels != -100)) against torch's
-# nll_loss over the whole vocabulary; the twins patch loss_parallel's forward
+# nll_loss over the whole vocabulary, on labels in [0, V) and on labels shifted with -100 at the
+# end (examples/dtensor/loss_models.py); the twins patch loss_parallel's forward
 # (examples/dtensor/loss_bugs.py), each diverged at its line with the witness confirming it.
 
 _LOSS_CONFIG = """\
@@ -168,15 +169,16 @@ models:
     variant: label_offset_next_shard
     verify: {{partition: false}}
     expect: diverged
-  - name: bug_loss_picks_not_reduced
-    entry: models:decoder
-    variant: picks_not_reduced
-    size: {{sequence_parallel: true}}
+  - name: decoder_shifted_loss_tp4
+    entry: loss_models:decoder_shifted_labels
+  - name: bug_loss_ignore_not_masked
+    entry: loss_models:decoder_shifted_labels
+    variant: ignore_not_masked
     verify: {{partition: false}}
     expect: diverged
-  - name: bug_loss_local_count
-    entry: models:decoder
-    variant: local_count
+  - name: bug_loss_mean_over_all_tokens
+    entry: loss_models:decoder_shifted_labels
+    variant: mean_over_all_tokens
     verify: {{partition: false}}
     expect: diverged
 """
@@ -196,12 +198,21 @@ def _line_of(marker: str) -> int:
     return next(i for i, text in enumerate(lines, 1) if marker in text)
 
 
-def test_loss_parallel_cross_entropy_verifies(loss_report: dict[str, object]) -> None:
-    model = loss_report["decoder_loss_tp4"]
+@pytest.mark.parametrize(
+    ("name", "law"),
+    [
+        # labels in [0, V): the mean's numerator is the sum of the negated picks
+        ("decoder_loss_tp4", "crossentropy/sum-of-negated-picks"),
+        # labels shifted with -100 at the end: the sum over the kept rows, the count of kept labels
+        ("decoder_shifted_loss_tp4", "crossentropy/masked-sum-of-negated-picks"),
+        ("decoder_shifted_loss_tp4", "crossentropy/count-of-kept-labels"),
+    ],
+)
+def test_loss_parallel_cross_entropy_verifies(loss_report: dict[str, object], name: str, law: str) -> None:
+    model = loss_report[name]
     assert isinstance(model, dict)
     assert model["status"] == "verified", (model["build"]["error"], model.get("result", {}).get("reason"))
-    # the mean's numerator is this family's law (the sum of the negated picks)
-    assert "crossentropy/sum-of-negated-picks" in str(model["result"]["trace"])
+    assert law in str(model["result"]["trace"])
 
 
 @pytest.mark.parametrize(
@@ -209,10 +220,10 @@ def test_loss_parallel_cross_entropy_verifies(loss_report: dict[str, object]) ->
     [
         # the labels shifted by the next rank's offset: the shift itself
         ("bug_loss_label_offset", "# BUG-SITE: label_offset_next_shard"),
-        # the all-reduce dropped: its first use, the negated picks
-        ("bug_loss_picks_not_reduced", "loss = torch.where(kept, -pick.squeeze(1), 0.0)"),
-        # the mean over the rank's own labels: the count
-        ("bug_loss_local_count", "# BUG-SITE: local_count"),
+        # the ignored labels' losses kept
+        ("bug_loss_ignore_not_masked", "# BUG-SITE: ignore_not_masked"),
+        # the mean over every token: its first use, the division (the count is a constant)
+        ("bug_loss_mean_over_all_tokens", "return loss.sum() / total, total"),
     ],
 )
 def test_loss_parallel_bugs_diverge_at_their_line(loss_report: dict[str, object], name: str, marker: str) -> None:
