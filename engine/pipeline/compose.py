@@ -211,7 +211,9 @@ def compose(spec: dict[str, Any], stages: dict[int, Module], sourcemaps: dict[in
         sent = out_names.get((src, out))
         if sent is None:
             raise PipelineError(path, f"stage {src} -> stage {k}", f"edge from output {out} of stage {src}, which has no such output (send at {edge.get('send_at')}, receive at {edge.get('recv_at')})")
-        if graph_shape[sent] != shape:
+        # Logical shapes: a sender's physical layout (XLA may pick {2,0,1} for a transposed
+        # value) is no disagreement with the receiving parameter's default layout.
+        if print_shape(graph_shape[sent], False) != print_shape(shape, False):
             raise PipelineError(path, f"stage {src} -> stage {k}", f"shapes disagree: stage {src} sends {print_shape(graph_shape[sent], False)} at {edge.get('send_at')}, stage {k} receives {print_shape(shape, False)} at {edge.get('recv_at')}")
         return sent
 

@@ -226,13 +226,15 @@ def _pipelining_handshake_off() -> Iterator[None]:
 
 
 def _cuda_shims() -> Any:
-    """Megatron's schedules allocate their buffers on ``"cuda"`` / ``torch.cuda.current_device()``:
-    with megatron-core loaded, a stage is traced under the torchdist front end's CUDA-to-XLA
-    shims (as an int-rank Megatron model is)."""
+    """Megatron's schedules allocate their buffers on ``"cuda"`` / ``torch.cuda.current_device()``
+    and its attention forks the CUDA RNG tracker: with megatron-core loaded, the baseline and
+    every stage are traced under the torchdist front end's shims (as an int-rank Megatron
+    model is)."""
     if "megatron.core" not in sys.modules:
         return nullcontext()
     from ..torchdist import shims
 
+    shims.setup_megatron_rng()  # attention's dropout forks Megatron's CUDA RNG tracker
     return shims.cuda_as_xla()
 
 
@@ -275,7 +277,8 @@ def build(request: common.BuildRequest, decl: Pipeline, ctx: Any, timings: dict[
 
     t = time.perf_counter()
     base_inputs = {i.name: capture.placeholder(tuple(i.shape), common._dtype(i.dtype)) for i in decl.inputs}
-    base = common._trace(decl.baseline, base_inputs, "baseline", root, exclude, request.source_packages, plan)
+    with _cuda_shims():
+        base = common._trace(decl.baseline, base_inputs, "baseline", root, exclude, request.source_packages, plan)
     timings["baseline"] = time.perf_counter() - t
 
     t = time.perf_counter()

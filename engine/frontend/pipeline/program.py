@@ -15,11 +15,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 
-def rank_program(modules: Sequence[Any], run: Callable[..., Any]) -> Any:
+def rank_program(modules: Sequence[Any], run: Callable[..., Any], rename: Callable[[str], str] | None = None) -> Any:
     """An ``nn.Module`` whose state is ``modules``' (named as in each module) and whose forward
     is ``run``. Several modules (the virtual stages of an interleaved schedule) may hold
     different parts of one tree (``layers.0`` and ``layers.4``); a name held by two modules is
-    an error: the ranks' weights would be ambiguous."""
+    an error: the ranks' weights would be ambiguous. ``rename`` maps a stage module's submodule
+    path to the baseline's, for libraries that number a stage's layers from 0 (Megatron's
+    TransformerBlock holds ``decoder.layers.0`` on every stage; its global number is the
+    stage's layer offset plus that)."""
     import torch.nn as nn
 
     class RankProgram(nn.Module):
@@ -33,8 +36,9 @@ def rank_program(modules: Sequence[Any], run: Callable[..., Any]) -> Any:
             raise TypeError(f"rank_program: expected nn.Module stage modules, got {type(module).__name__}")
         state = [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]
         for name, _ in state:
-            path = name.rpartition(".")[0]
-            owner = module.get_submodule(path) if path else module
+            local = name.rpartition(".")[0]
+            owner = module.get_submodule(local) if local else module
+            path = rename(local) if rename is not None and local else local
             if owners.get(path, owner) is not owner:
                 raise ValueError(f"rank_program: {name!r} is held by two stage modules of this rank")
             owners[path] = owner
