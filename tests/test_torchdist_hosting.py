@@ -158,10 +158,12 @@ def test_a_modulelist_moe_builds_with_expert_list_and_the_witness_holds_it(tmp_p
     good, bug = rows["moe_expert_list_ep4"], rows["bug_moe_experts_reversed"]
     assert good["status"] == "verified", good.get("result", {}).get("reason")  # rules/expertlist.egg
     assert bug["status"] == "diverged" and bug["result"]["witness"]["status"] == "confirmed"
-    # The experts' outputs joined out of order: reported at the concatenation (its BUG-SITE);
-    # experts run on the wrong chunks: at the expert's first product of mixed experts' values.
+    # The experts' outputs joined out of order. Reported in MoE.forward, from its BUG-SITE (the
+    # concatenation, where rules/expertlist.egg stops) to the combine (where the localization
+    # stops when rules/labelmove.egg counts the joined and returned blocks as this rank's
+    # elements rearranged).
     chunks = rows["bug_moe_chunks_reversed"]
     assert chunks["status"] == "diverged" and chunks["result"]["witness"]["status"] == "confirmed"
     src = chunks["result"]["divergences"][0]["source"]
-    assert (src["file"], src["line"]) == bug_sites([ROOT / "examples" / "torchdist" / "moe_models.py"], ROOT)["chunks_reversed"]
-    assert bug["result"]["divergences"][0]["opcode"] == "dot", bug["result"]["divergences"][0]
+    site = bug_sites([ROOT / "examples" / "torchdist" / "moe_models.py"], ROOT)["chunks_reversed"]
+    assert src["file"] == site[0] and site[1] <= src["line"] <= site[1] + 2, (src, site)
