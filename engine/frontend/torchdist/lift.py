@@ -167,6 +167,10 @@ def lift(texts: list[str], world: list[int], groups: list[list[int]], sources: d
         if all(constants) and len({(m.group(3), m.group(4)) for m in constants if m}) == 1:
             lines_out += _lift_constant(constants, world, index, out, sources, first, _Namer(graph, read_source) if graph is not None and read_source is not None else None, metadata)  # type: ignore[arg-type]
             continue
+        sliced = _lift_slice(variants, first, world, index, out, sources, metadata)
+        if sliced is not None:
+            lines_out += sliced
+            continue
         group_lists = [_groups_of(v) for v in variants]
         if all(g is not None for g in group_lists) and len({_GROUPS.sub("", v) for v in variants}) == 1:
             merged = _merge_groups(group_lists, world, out, first, sources)  # type: ignore[arg-type]
@@ -345,6 +349,43 @@ def _rank_switch(variants: list[str], metadata: str, world: list[int]) -> list[s
         target = f"{root}%{name}" if last else f"%{name}.pick{k}"
         lines.append(f"{indent}{target} = {typ} select({pred} %{name}.is{k}, {typ} %{name}.variant{k}, {typ} {acc}){metadata if last else ''}")
         acc = f"%{name}.pick{k}"
+    return lines
+
+
+_SLICE = re.compile(r"^(\s+)(ROOT )?%(\S+) = (\S+) slice\((\S+ %[^\s,)]+)\), slice=\{((?:\[\d+:\d+(?::1)?\],?\s?)+)\}(.*)$")
+_BOUNDS = re.compile(r"\[(\d+):(\d+)(?::1)?\]")
+
+
+def _lift_slice(variants: list[str], line: str, world: list[int], index: dict[int, tuple[int, int]], out: Lifted, sources: dict[str, str], metadata: str) -> list[str] | None:
+    """A ``slice`` of one operand whose starts differ between the ranks, of one size: the
+    rank's piece cut at the rank's offsets (DTensor's Replicate -> Shard of a replicated
+    tensor, ``torch.chunk`` indexed by the Python rank). The lifted program reads each start
+    from a table of every rank's value (as a literal, ``_lift_constant``) and cuts with
+    ``dynamic-slice`` there: exactly each rank's slice, the starts being within bounds. None
+    when the variants are anything else."""
+    matches = [_SLICE.match(v) for v in variants]
+    if not all(matches):
+        return None
+    ms = [m for m in matches if m]
+    bounds = [[(int(a), int(b)) for a, b in _BOUNDS.findall(m.group(6))] for m in ms]
+    if len({(m.group(4), m.group(5), m.group(7)) for m in ms}) != 1 or len({tuple(b - a for a, b in bs) for bs in bounds}) != 1:
+        return None
+    m0 = _SLICE.match(line)
+    assert m0 is not None
+    indent, root, name, typ, operand = m0.group(1), m0.group(2) or "", m0.group(3), m0.group(4), m0.group(5)
+    lines: list[str] = []
+    starts = []
+    for d in range(len(bounds[0])):
+        values = [bs[d][0] for bs in bounds]
+        start = f"%{name}.start{d}"
+        starts.append(f"s32[] {start}")
+        if len(set(values)) == 1:
+            lines.append(f"{indent}{start} = s32[] constant({values[0]})")
+            continue
+        literal = [_CONSTANT.match(f"{indent}{start} = s32[] constant({v})") for v in values]
+        lines += _lift_constant(literal, world, index, out, sources, line, None, "")  # type: ignore[arg-type]
+    sizes = ",".join(str(b - a) for a, b in bounds[0])
+    lines.append(f"{indent}{root}%{name} = {typ} dynamic-slice({operand}, {', '.join(starts)}), dynamic_slice_sizes={{{sizes}}}{metadata}")
     return lines
 
 
