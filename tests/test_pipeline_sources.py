@@ -60,6 +60,9 @@ models:
     entry: megatron_pp.models:forward_only
     size: {{microbatches: 1, batch: 2}}
     variant: seq_length_disagrees
+  - name: megatron_gpt_uneven
+    entry: megatron_pp.gpt:forward_only
+    size: {{hidden: 16, heads: 2, first_stage_layers: 1, vocab: 32}}
 """
 
 
@@ -78,7 +81,7 @@ def _line(marker: str, after: str, source: str = "torch_pipelining/models.py") -
     return next(i for i, text in enumerate(lines, 1) if i > start and marker in text)
 
 
-@pytest.mark.parametrize("name", ["manual_gpipe", "train_1f1b", "train_interleaved", "megatron_train"])
+@pytest.mark.parametrize("name", ["manual_gpipe", "train_1f1b", "train_interleaved", "megatron_train", "megatron_gpt_uneven"])
 def test_torch_schedules_are_verified(report: tuple[dict[str, Any], Path], name: str) -> None:
     model = _entry(report, name)
     assert model["status"] == "verified", (model["build"].get("error"), model.get("result", {}).get("reason"))
@@ -122,6 +125,15 @@ def test_megatron_transfers_name_the_users_line(report: tuple[dict[str, Any], Pa
     assert model["status"] == "bad-input"
     at = f"examples/pipeline/megatron_pp/models.py:{call}"
     assert f"shapes disagree: stage 0 sends f32[2,2,8] at {at}, stage 1 receives into f32[4,2,8] at {at}" in model["build"]["error"]
+
+
+def test_megatron_gpt_stage_layers_are_named_by_megatrons_offset(report: tuple[dict[str, Any], Path]) -> None:
+    # Megatron numbers each stage's layers from 0; stage 1 (3 of 4 layers) holds the baseline's
+    # decoder.layers.1 .. 3, stage 0 the embeddings and decoder.layers.0.
+    spec = (report[1] / "megatron_gpt_uneven" / "pipeline.yaml").read_text()
+    stage1 = spec[spec.index("- stage: 1"):spec.index("edges:")]
+    assert "gpt.decoder.layers.3.mlp.linear_fc2.weight" in stage1 and "gpt.decoder.layers.0." not in stage1
+    assert "gpt.output_layer.weight" in stage1 and "gpt.embedding" not in stage1
 
 
 def test_rank_program_keeps_the_stage_modules_names() -> None:
