@@ -7,11 +7,16 @@ edge); a send records the tensor, which becomes an output of the stage program (
 end). Every call is recorded in program order with its peer, whether it blocks, the shape and
 the user's line, so the composer can match sends to receives per channel (FIFO, as NCCL and
 gloo do), detect deadlocks and name both ends of every error. Peers are the ranks the code
-names: with one rank per stage (TP 1) rank k runs stage k.
+names: with one rank per stage (TP 1) rank k runs stage k, and torch.distributed is started as
+rank k of the stages on the torchdist front end's backend, so library schedules
+(torch.distributed.pipelining, megatron-core) find their rank, world and groups; objects they
+exchange with ``send_object_list`` / ``recv_object_list`` (shape inference) are carried between
+the stages' traces.
 
 Not modelled (said so, not guessed): ``Work.wait()`` (a non-blocking receive's buffer is taken
 to hold the received value from the call on, so reading it before ``wait`` is not a finding),
-process groups other than the default world, and tensor parallelism inside a stage.
+a transfer's process group (peers are global ranks; with TP 1 every group's ranks are stages),
+and tensor parallelism inside a library-scheduled stage.
 """
 
 from __future__ import annotations
