@@ -256,18 +256,18 @@ class TpMlp(nn.Module):
 class TpStage(Stage):
     """Stage ``rank`` of a PP x TP pipeline: its blocks tensor-parallel over its TP group."""
 
-    def __init__(self, hidden: int, ffn: int, layers: int, rank: int, pp: int, tp: int, groups: list[list[int]], variant: str) -> None:
-        super().__init__(hidden, layers, rank, pp, 1, False, "send_recv", variant)
+    def __init__(self, hidden: int, ffn: int, layers: int, rank: int, pp: int, tp: int, groups: list[list[int]], variant: str, microbatches: int = 1) -> None:
+        super().__init__(hidden, layers, rank, pp, microbatches, False, "send_recv", variant)
         self.layers = nn.ModuleDict({str(i): TpBlock(hidden, ffn, tp, groups, variant) for i in self.own})
 
 
 def gpipe_tp(ctx: BuildContext) -> Pipeline:
     hidden, ffn, layers = ctx.knob("hidden", 16), ctx.knob("ffn", 32), ctx.knob("layers", 4)
-    pp, batch = ctx.knob("pp", 2), ctx.knob("batch", 8)
+    pp, batch, m = ctx.knob("pp", 2), ctx.knob("batch", 8), ctx.knob("microbatches", 1)
     variant = ctx.variant or ""
     return Pipeline(
         baseline=TpMlp(hidden, ffn, layers),
-        stage=lambda rank: TpStage(hidden, ffn, layers, rank, pp, ctx.tp, ctx.groups, variant),
+        stage=lambda rank: TpStage(hidden, ffn, layers, rank, pp, ctx.tp, ctx.groups, variant, m),
         stages=pp,
         inputs=[Input("x", (batch, hidden))],
         plan={"layers.*.up": "colwise", "layers.*.down": "rowwise"},
