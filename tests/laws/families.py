@@ -1526,6 +1526,44 @@ def packedar(rng: random.Random) -> Program:
            "outputs": [{"baseline": i, "distributed": i, "relation": "duplicate"} for i in range(2)]}
     return Program("packedar", f"{t} partial({pop}) [{r0},{h}] + [{r1},{h}] {'flat' if flat else 'rows'} into {aop} all-reduce, defect {defect} (groups {g2})", base, dist, rel)
 
+# ---- a dot cut along a free dim of each operand (rules/dotblock.egg) -------------------------------
+
+
+def dotblock(rng: random.Random) -> Program:
+    """x sharded by rows times each column block of a duplicate W, exchanged with a tuple
+    all-to-all (operands computed separately), concatenated by rows: block j of the columns of
+    x · W. Drawn: the element type (narrow, unsigned, float), the extents, the groups, and the
+    defects: the received blocks in another order, every destination sent the same block, a
+    column slice off by one."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    t = rng.choice(["f32", "bf16", "s32", "s8", "u8"])
+    m, k, n = rng.choice([1, 2]), rng.choice([2, 3]), rng.choice([1, 2])
+    rows, cols = c * m, c * n
+    defect = rng.choice(["none"] * 5 + ["order", "same", "off"])
+    xs, ws, ys = f"{t}[{rows},{k}]", f"{t}[{k},{cols}]", f"{t}[{rows},{cols}]"
+    base = (f"HloModule db_base\n\nENTRY %main (x: {xs}, w: {ws}) -> {ys} {{\n  %x = {xs} parameter(0)\n  %w = {ws} parameter(1)\n"
+            f"  ROOT %y = {ys} dot({xs} %x, {ws} %w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}\n}}\n")
+    lx, piece = f"{t}[{m},{k}]", f"{t}[{m},{n}]"
+    lines = [f"  %x = {lx} parameter(0)", f"  %w = {ws} parameter(1)"]
+    for j in range(c):
+        b = 0 if defect == "same" else j
+        lo = b * n + (1 if defect == "off" and j == 0 else 0)
+        lines += [f"  %wj{j} = {t}[{k},{n}] slice({ws} %w), slice={{[0:{k}], [{lo}:{lo + n}]}}",
+                  f"  %o{j} = {piece} dot({lx} %x, {t}[{k},{n}] %wj{j}), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}"]
+    tup = "(" + ", ".join([piece] * c) + ")"
+    lines.append(f"  %a = {tup} all-to-all({', '.join(f'{piece} %o{j}' for j in range(c))}), channel_id=1, replica_groups={_groups_text(groups)}")
+    lines += [f"  %e{i} = {piece} get-tuple-element({tup} %a), index={i}" for i in range(c)]
+    order = list(range(c))
+    if defect == "order":
+        order[0], order[1] = order[1], order[0]
+    lines.append(f"  ROOT %y = {t}[{rows},{n}] concatenate({', '.join(f'{piece} %e{i}' for i in order)}), dimensions={{0}}")
+    dist = f"HloModule db_dist\n\nENTRY %main (x: {lx}, w: {ws}) -> {t}[{rows},{n}] {{\n" + "\n".join(lines) + "\n}\n"
+    rel = {"groups": groups, "inputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 0},
+                                        {"baseline": 1, "distributed": 1, "relation": "duplicate"}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 1}]}
+    return Program("dotblock", f"{t} x[{rows},{k}] W[{k},{cols}], defect {defect} (groups {groups})", base, dist, rel)
+
 
 FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "rankpos": rankpos,
@@ -1551,6 +1589,7 @@ FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "scancarry": scancarry,
     "a2astack": a2astack,
     "packedar": packedar,
+    "dotblock": dotblock,
 }
 
 
