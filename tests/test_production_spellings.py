@@ -125,3 +125,12 @@ def test_layernorm_centered_variance_is_not_verified_against_torch_layer_norm() 
     assert np.isfinite(base).all() and np.isfinite(dist).all()
     assert np.abs(dist - exact).max() < 1e-3
     assert np.abs(base - dist).max() > 0.5
+
+
+def test_float_scan_carry_is_not_verified() -> None:
+    """The cumsum carry as (cumsum(T) - T)[r] in f32: fl(fl(s + t) - t) can lose up to ulp(s + t),
+    a cancellation beyond the reassociation the README's semantics admit, so rules/scancarry.egg
+    proves the spelling for integers only (c_positions_sp_scan_carry) and the f32 pair stays
+    unproven; its gather-and-mask spelling (c_cumsum_sharded_dim_carry) is the verified one."""
+    assert _check("c_cumsum_sharded_dim_scan_carry", witness="never")["verdict"] != "verified"
+    assert _check("c_cumsum_sharded_dim_carry", witness="never")["verdict"] == "verified"
