@@ -37,7 +37,7 @@ def _mask(m: object) -> str:
 
 
 def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
-    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "gpart", "inrange", "argpair", "argix", "extof", "gext", "gix", "athas", "argcand", "rot", "lrot", "rterm", "rsum", "scof", "pad", "rot2", "rred", "pexp", "osum", "fsdppiece", "lmmoved", "xcol", "xpair", "xgp", "xpp", "xpd", "xlab", "mb", "mbevery", "mbp", "mbacc"])
+    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "gpart", "inrange", "argpair", "argix", "extof", "gext", "gix", "athas", "argcand", "rot", "lrot", "rterm", "rsum", "scof", "pad", "rot2", "rred", "pexp", "osum", "fsdppiece", "xcol", "xpair", "xgp", "xpp", "xpd", "xlab", "mb", "mbevery", "mbp", "mbacc"])
     cls_of_value: dict[object, int] = {}
     classes: dict[int, int] = {}
     members: dict[int, list[int]] = {}
@@ -240,9 +240,6 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
     # all-gather restores, related for localization only.
     for (xp,) in tables["fsdppiece"]:
         add_dist_only(xp, "one layer's slice of an FSDP-split input (its all-gather restores the layer)", "fsdpslice/piece")
-    # The rank's own elements rearranged by a collective (rules/labelmove.egg): localization only.
-    for (xp,) in tables["lmmoved"]:
-        add_dist_only(xp, "this rank's elements, rearranged by the collective (labels followed per rank)", "labelmove/piece")
     bijections.sort(key=lambda b: (str(b["distributed"]), str(b["baseline"])))
     return Facts(by_dist, classes, members, bijections)
 

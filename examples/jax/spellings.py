@@ -123,9 +123,9 @@ def ulysses_untiled(ctx: JaxContext) -> JaxModel:
             return jax.lax.all_to_all(g, "sp", split_axis=0, concat_axis=0).reshape(s, h // c, hd)
 
         def to_seq(t: Any) -> Any:  # [s, h/c, hd] -> [s/c, h, hd]
-            g = t.reshape(c, s // c, h // c, hd)
+            g = t.reshape(s // c, c, h // c, hd).transpose(1, 0, 2, 3) if bug == "untiled_seq_interleaved" else t.reshape(c, s // c, h // c, hd)  # BUG-SITE: untiled_seq_interleaved
             got = jax.lax.all_to_all(g, "sp", split_axis=0, concat_axis=0)  # [c (head group), s/c, h/c, hd]
-            return got.transpose(*((1, 2, 0, 3) if bug == "untiled_heads_swapped" else (1, 0, 2, 3))).reshape(s // c, h, hd)  # BUG-SITE: untiled_heads_swapped
+            return got.transpose(1, 0, 2, 3).reshape(s // c, h, hd)
 
         return to_seq(attn(to_heads(q), to_heads(k), to_heads(v)))
 

@@ -17,10 +17,6 @@ Tables (node ids; each row checked on every device, element by element):
 - ``lmds(x, o, e2)``     X is T                   =>  O block r along e2 of T;
 - ``lmdd(x, o)``         X is T                   =>  O is T (through a collective).
 
-``lmpiece(o)``: on every device o holds exactly the labels of block r of T along one dim,
-rearranged (a laid-out block): related for localization only (engine/analysis/facts.py), so that a wrong step after the
-collective, not the collective, is where the rules stop.
-
 Side conditions: every collective on the chain has exactly the sharding groups (as sets; the
 members' order is followed), so no value crosses into a group holding other data; every op on
 the chain reads only X's labels (one source); a non-receiving rank's label -1 matches no label of
@@ -36,7 +32,7 @@ if TYPE_CHECKING:
     from ...ir import Instruction
     from ..graph import Graphs
 
-TABLES = ("lmss", "lmsd", "lmds", "lmdd", "lmpiece")
+TABLES = ("lmss", "lmsd", "lmds", "lmdd")
 MAX_ELEMENTS = 1 << 16
 MOVES = frozenset({"reshape", "transpose", "copy", "slice", "concatenate", "broadcast", "bitcast"})
 COLLECTIVES = frozenset({"all-to-all", "all-gather", "collective-permute"})
@@ -105,8 +101,6 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
                 start = {d: np.take(t, range(rank_of[d] * w, rank_of[d] * w + w), axis=e) for d in devices}
             for o, vals in _run(np, g, users, movable, canon, x, start, groups).items():
                 _relate(np, rows, x, e, o, vals, t, devices, groups)
-                if e >= 0 and _rearranged_block(np, vals, t, devices, rank_of, c):
-                    rows["lmpiece"].append((o,))
 
 
 def _run(np: Any, g: Graphs, users: dict[int, list[int]], movable: set[int], canon: dict[int, int], x: int, start: dict[int, Any], groups: list[list[int]]) -> dict[int, dict[int, Any]]:
@@ -149,18 +143,6 @@ def _run(np: Any, g: Graphs, users: dict[int, list[int]], movable: set[int], can
                 continue
         vals[u] = per
     return {u: vals[u] for u in through}
-
-
-def _rearranged_block(np: Any, vals: dict[int, Any], t: Any, devices: list[int], rank_of: dict[int, int], c: int) -> bool:
-    """On every device, o holds exactly the elements of block r (its rank) of T along one dim,
-    in some order."""
-    for e2 in range(t.ndim):
-        if t.shape[e2] % c:
-            continue
-        w = t.shape[e2] // c
-        if all(vals[d].size == t.size // c and np.array_equal(np.sort(vals[d], axis=None), np.sort(np.take(t, range(rank_of[d] * w, rank_of[d] * w + w), axis=e2), axis=None)) for d in devices):
-            return True
-    return False
 
 
 def _descendants(users: dict[int, list[int]], movable: set[int], x: int) -> set[int]:
