@@ -1824,3 +1824,64 @@ def crossentropy_jax(rng: random.Random) -> Program:
 
 
 FAMILIES["crossentropy_jax"] = crossentropy_jax
+
+
+# ---- a microbatch block inside a tensor-parallel stage (rules/microbatch.egg: mbsh) -----------
+
+
+def mbtp(rng: random.Random) -> Program:
+    """A PP x TP stage over n microbatches: each block of the batch (literal slices of a
+    duplicate) through a column-parallel dot with a sharded bias, a pointwise op, a
+    row-parallel dot and an all-reduce(add) over the groups, the blocks concatenated back.
+    Drawn: the element type (narrow, unsigned, float), n, the block size, the widths, the
+    groups, and the side conditions: the all-reduce missing or over other groups, two blocks
+    joined out of order, the bias taken whole instead of the rank's block."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    t = rng.choice(["f32", "s32", "s8", "u16"])
+    n, b, h, w = rng.choice([2, 3]), rng.choice([1, 2]), rng.choice([2, 3]), 2  # w 1: the normalizer rewrites a size-1 contraction
+    ff = c * w
+    defect = rng.choice(["none"] * 5 + ["no_allreduce", "other_groups", "order"])
+    ar_groups = _other_groups(rng, groups) if defect == "other_groups" else groups
+    order = list(range(n))
+    if defect == "order":
+        order[0], order[1] = order[1], order[0]
+    act = "tanh" if t == "f32" else "negate"
+
+    def block(p: str, rows: int, cols: int, src: str) -> list[str]:
+        x, a, v = f"{t}[{rows},{h}]", f"{t}[{rows},{cols}]", f"{t}[{cols}]"
+        return [f"  %{p}a = {a} dot({x} %{src}, {t}[{h},{cols}] %w1), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}",
+                f"  %{p}vb = {a} broadcast({v} %v), dimensions={{1}}",
+                f"  %{p}s = {a} add({a} %{p}a, {a} %{p}vb)",
+                f"  %{p}t = {a} {act}({a} %{p}s)",
+                f"  %{p}z = {t}[{rows},{h}] dot({a} %{p}t, {t}[{cols},{h}] %w2), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}"]
+
+    red = _reducer("sum", "add", t)
+    rows = n * b
+    bparams = f"x: {t}[{rows},{h}], w1: {t}[{h},{ff}], v: {t}[{ff}], w2: {t}[{ff},{h}]"
+    bhead = [f"  %x = {t}[{rows},{h}] parameter(0)", f"  %w1 = {t}[{h},{ff}] parameter(1)", f"  %v = {t}[{ff}] parameter(2)", f"  %w2 = {t}[{ff},{h}] parameter(3)"]
+    base = f"HloModule mbtp_base\n\n{red}\nENTRY %main ({bparams}) -> {t}[{rows},{h}] {{\n" + "\n".join([*bhead, *block("b", rows, ff, "x")]) + f"\n  ROOT %out = {t}[{rows},{h}] copy({t}[{rows},{h}] %bz)\n}}\n"
+    dparams = f"x: {t}[{rows},{h}], w1: {t}[{h},{w}], v: {t}[{w}], w2: {t}[{w},{h}]"
+    dl = [f"  %x = {t}[{rows},{h}] parameter(0)", f"  %w1 = {t}[{h},{w}] parameter(1)", f"  %v = {t}[{w}] parameter(2)", f"  %w2 = {t}[{w},{h}] parameter(3)"]
+    outs = []
+    for i, e in enumerate(order):
+        dl.append(f"  %x{i} = {t}[{b},{h}] slice({t}[{rows},{h}] %x), slice={{[{e * b}:{e * b + b}], [0:{h}]}}")
+        dl += block(f"m{i}", b, w, f"x{i}")
+        if defect == "no_allreduce":
+            outs.append(f"m{i}z")
+            continue
+        dl.append(f"  %r{i} = {t}[{b},{h}] all-reduce({t}[{b},{h}] %m{i}z), channel_id={i + 1}, replica_groups={_groups_text(ar_groups)}, use_global_device_ids=true, to_apply=%sum")
+        outs.append(f"r{i}")
+    ops = ", ".join(f"{t}[{b},{h}] %{o}" for o in outs)
+    dl.append(f"  %cat = {t}[{rows},{h}] concatenate({ops}), dimensions={{0}}")
+    dist = f"HloModule mbtp_dist\n\n{red}\nENTRY %main ({dparams}) -> {t}[{rows},{h}] {{\n" + "\n".join(dl) + f"\n  ROOT %out = {t}[{rows},{h}] copy({t}[{rows},{h}] %cat)\n}}\n"
+    rel = {"groups": groups, "inputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"},
+                                        {"baseline": 1, "distributed": 1, "relation": "sharded", "dim": 1},
+                                        {"baseline": 2, "distributed": 2, "relation": "sharded", "dim": 0},
+                                        {"baseline": 3, "distributed": 3, "relation": "sharded", "dim": 0}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    form = f"{n} microbatches of {b} of {t}[{rows},{h}], ffn {ff} over {c} ranks, groups {groups}, order {order}, defect {defect}"
+    return Program("mbtp", form, base, dist, rel)
+
+
+FAMILIES["mbtp"] = mbtp
