@@ -1885,3 +1885,85 @@ def mbtp(rng: random.Random) -> Program:
 
 
 FAMILIES["mbtp"] = mbtp
+
+
+# ---- reductions over microbatch blocks (rules/microbatch.egg: mbp / mbacc) ----------------------
+
+
+def mbreduce(rng: random.Random) -> Program:
+    """The loss and the weight gradient of a batch cut into n microbatches (literal slices of a
+    duplicate along d): each block reduced (a reduce(add) over dims containing d, a mean: the
+    block's sum divided by its size and then by n, or a dot contracting d with a second input
+    cut the same way), the blocks' results summed in a drawn order. Drawn: the element type
+    (narrow, unsigned, float), n, the block size, d, the form, the order of the adds, and the
+    side conditions: a block left out, one block counted twice, the mean not divided by n,
+    a reduce started from one, a slice off by one, one block cut along the other dim."""
+    groups = _layout(rng)
+    form = rng.choice(["reduce", "mean", "dot"])
+    t = rng.choice(["f32", "bf16"]) if form == "mean" else rng.choice(["f32", "bf16", "s32", "s8", "u16"])
+    n, b, h = rng.choice([2, 3, 4]), rng.choice([1, 2]), rng.choice([2, 3])
+    d = rng.choice([0, 1]) if form != "dot" else 0
+    o = 1 - d
+    dims = [n * b, h] if d == 0 else [h, n * b]
+    defect = rng.choice(["none"] * 6 + ["missing", "twice", "unscaled", "init", "offset", "otherdim"])
+    if defect == "unscaled" and form != "mean":
+        defect = "none"
+    if defect == "otherdim" and (form == "dot" or dims[o] % n or dims[o] // n != b or dims[o] != dims[d]):
+        defect = "none"  # another dim cut into the same block shape: only for square operands
+    order = list(range(n))
+    rng.shuffle(order)
+    if defect == "missing":
+        order = order[:-1]
+    if defect == "twice":
+        order[-1] = order[0]
+
+    def text(dd: list[int]) -> str:
+        return f"{t}[{','.join(map(str, dd))}]"
+
+    out = f"{t}[{h},{h}]" if form == "dot" else f"{t}[]"
+    head = [f"  %x = {text(dims)} parameter(0)", f"  %y = {text(dims)} parameter(1)", f"  %zero = {t}[] constant(0)"]
+    params = f"x: {text(dims)}, y: {text(dims)}"
+    sq = f"  %sq = {text(dims)} multiply({text(dims)} %x, {text(dims)} %y)"
+    if form == "dot":
+        bl = [f"  %r = {out} dot({text(dims)} %x, {text(dims)} %y), lhs_contracting_dims={{0}}, rhs_contracting_dims={{0}}"]
+    else:
+        bl = [sq, f"  %r = {t}[] reduce({text(dims)} %sq, {t}[] %zero), dimensions={{0,1}}, to_apply=%sum"]
+        if form == "mean":
+            bl += [f"  %cnt = {t}[] constant({n * b * h})", f"  %r2 = {t}[] divide({t}[] %r, {t}[] %cnt)"]
+    last = "r2" if form == "mean" else "r"
+    base = f"HloModule mbr_base\n\n{_reducer('sum', 'add', t)}\nENTRY %main ({params}) -> {out} {{\n" + "\n".join([*head, *bl]) + f"\n  ROOT %out = {out} copy({out} %{last})\n}}\n"
+    dl = list(head)
+    if defect == "init":
+        dl.append(f"  %one = {t}[] constant(1)")
+    parts = []
+    for i, e in enumerate(order):
+        cut = o if defect == "otherdim" and i == 0 else d
+        start = e * b + (1 if defect == "offset" and i == 0 and e < n - 1 else 0)
+        sl = ", ".join(f"[{start}:{start + b}]" if k == cut else f"[0:{dims[k]}]" for k in range(2))
+        blk = [b, h] if cut == 0 else [h, b]
+        dl += [f"  %x{i} = {text(blk)} slice({text(dims)} %x), slice={{{sl}}}", f"  %y{i} = {text(blk)} slice({text(dims)} %y), slice={{{sl}}}"]
+        if form == "dot":
+            dl.append(f"  %p{i} = {out} dot({text(blk)} %x{i}, {text(blk)} %y{i}), lhs_contracting_dims={{0}}, rhs_contracting_dims={{0}}")
+        else:
+            init = "one" if defect == "init" and i == 0 else "zero"
+            dl += [f"  %s{i}q = {text(blk)} multiply({text(blk)} %x{i}, {text(blk)} %y{i})",
+                   f"  %p{i} = {t}[] reduce({text(blk)} %s{i}q, {t}[] %{init}), dimensions={{0,1}}, to_apply=%sum"]
+            if form == "mean":
+                dl += [f"  %c{i} = {t}[] constant({b * h})", f"  %m{i} = {t}[] divide({t}[] %p{i}, {t}[] %c{i})"]
+                if defect != "unscaled":
+                    dl += [f"  %n{i} = {t}[] constant({n})", f"  %l{i} = {t}[] divide({t}[] %m{i}, {t}[] %n{i})"]
+                parts.append(f"m{i}" if defect == "unscaled" else f"l{i}")
+                continue
+        parts.append(f"p{i}")
+    acc = parts[0]
+    for i, p in enumerate(parts[1:]):
+        dl.append(f"  %acc{i} = {out} add({out} %{acc}, {out} %{p})")
+        acc = f"acc{i}"
+    dist = f"HloModule mbr_dist\n\n{_reducer('sum', 'add', t)}\nENTRY %main ({params}) -> {out} {{\n" + "\n".join(dl) + f"\n  ROOT %out = {out} copy({out} %{acc})\n}}\n"
+    rel = {"groups": groups, "inputs": [{"baseline": i, "distributed": i, "relation": "duplicate"} for i in range(2)],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    desc = f"{form} of {t}{dims} over {n} blocks of {b} along {d}, adds in order {order}, defect {defect}"
+    return Program("mbreduce", desc, base, dist, rel)
+
+
+FAMILIES["mbreduce"] = mbreduce
