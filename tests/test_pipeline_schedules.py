@@ -1,8 +1,9 @@
 """Pipeline schedules over several microbatches (issue 27): training steps whose loss is averaged
 over the microbatches and whose gradients are accumulated (GPipe, 1F1B, interleaved 1F1B with
 virtual stages, torch.distributed.pipelining's scale_grads), proven by rules/microbatch.egg's
-reductions over blocks; their bug twins (gradients overwritten, a stale activation, virtual
-stages assigned contiguously) diverged with the witness executing the composed stages; and a
+reductions over blocks, and a PP x TP forward over microbatches (mbsh); their bug twins
+(gradients overwritten, a stale activation, virtual stages assigned contiguously, a missing
+all-reduce) diverged with the witness executing the composed stages; and a
 PP x TP pipeline of tplm's decoder layers with an uneven layer split. Small shapes: the whole
 file is one run of the front end."""
 
@@ -45,6 +46,13 @@ models:
     entry: interleaved:interleaved_1f1b
     size: {{layers: 4}}
     variant: contiguous_chunks
+  - name: pp2_tp2_m2
+    entry: gpipe:gpipe_tp
+    tp: 2
+  - name: bug_pp2_tp2_m2_missing_allreduce
+    entry: gpipe:gpipe_tp
+    tp: 2
+    variant: tp_missing_allreduce
   - name: llama_pp2_tp2_uneven
     entry: pipeline.llama_pp:decoder_pipeline
     tp: 2
@@ -61,7 +69,7 @@ def _entry(report: tuple[dict[str, Any], Path], name: str) -> dict[str, Any]:
     return next(m for m in report[0]["models"] if m["name"] == name)
 
 
-@pytest.mark.parametrize("name", ["gpipe_train_m2", "one_f_one_b_m2", "scale_grads_m2", "interleaved_pp2_vp2", "llama_pp2_tp2_uneven"])
+@pytest.mark.parametrize("name", ["gpipe_train_m2", "one_f_one_b_m2", "scale_grads_m2", "interleaved_pp2_vp2", "pp2_tp2_m2", "llama_pp2_tp2_uneven"])
 def test_correct_schedules_are_verified(report: tuple[dict[str, Any], Path], name: str) -> None:
     model = _entry(report, name)
     assert model["status"] == "verified", (model["build"].get("error"), (model.get("result") or {}).get("reason"))
@@ -92,7 +100,7 @@ def test_llama_stages_split_unevenly(report: tuple[dict[str, Any], Path]) -> Non
     assert layers == {0: ["0", "1"], 1: ["2"]}, layers
 
 
-@pytest.mark.parametrize("name", ["bug_grad_overwritten", "bug_stale_activation", "bug_interleaved_contiguous_chunks"])
+@pytest.mark.parametrize("name", ["bug_grad_overwritten", "bug_stale_activation", "bug_interleaved_contiguous_chunks", "bug_pp2_tp2_m2_missing_allreduce"])
 def test_schedule_bugs_are_diverged_with_the_composed_witness(report: tuple[dict[str, Any], Path], name: str) -> None:
     model = _entry(report, name)
     result = model["result"]

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ..graph import Graphs
     from ..signature import Sig
 
-TABLES: tuple[str, ...] = ("mbu", "mbb", "mbbc", "mbdot", "mbperm", "mbkeep", "mbred", "mbcontract", "mbmove")
+TABLES: tuple[str, ...] = ("mbu", "mbb", "mbbc", "mbdot", "mbperm", "mbkeep", "mbred", "mbcontract", "mbmove", "mbu2", "mbb2", "mbbc2", "mbdsh", "mbdrow")
 
 Rows = dict[str, list[tuple[object, ...]]]
 
@@ -57,6 +57,12 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
         for n in sorted(counts):
             _rows(rows, node.sig, node.ins.parsed, n)
     rows["mbmove"].extend((k,) for k in sorted(moves))
+    c = len(g.spec.groups[0]) if g.spec.groups else 1
+    if c > 1:
+        for node in g.nodes:
+            if node.side == "baseline" and node.sig is not None:
+                for n in sorted(counts):
+                    _tp_rows(rows, node.sig, node.ins.parsed, n, c)
 
 
 def _boundary_counts(g: Graphs) -> set[int]:
@@ -135,3 +141,58 @@ def _rows(rows: Rows, sig: Sig, parsed: dict[str, object], n: int) -> None:
             sl, sr = scale(lhs, dl, n), scale(rhs, dr, n)
             if sl and sr:
                 rows["mbcontract"].append((k, dl, dr, n, sig.with_dims([sl, sr], out).key()))
+
+
+def _scale2(dims: tuple[int, ...], d: int, n: int, f: int, c: int) -> tuple[int, ...] | None:
+    """dims with dim d divided by n and dim f (another dim) by c."""
+    if d == f:
+        return None
+    s = scale(dims, d, n)
+    return scale(s, f, c) if s else None
+
+
+def _tp_rows(rows: Rows, sig: Sig, parsed: dict[str, object], n: int, c: int) -> None:
+    """A microbatch block (n blocks along d) of a tensor-parallel shard (c blocks along f):
+    ``mbu2/mbb2(k, d, n, f, kp)`` pointwise; ``mbbc2(k, d, n, fs, f, kp)`` a broadcast creating
+    d whose operand dim fs becomes f; ``mbdsh(k, d, n, g, dout, gout, kp)`` a dot with lhs free
+    dim d and rhs free dim g (column-parallel); ``mbdrow(k, d, n, g, h, dout, kp)`` a dot with
+    lhs free dim d contracting lhs dim g with rhs dim h (row-parallel)."""
+    op, k = sig.opcode, sig.key()
+    out = sig.out[1]
+    ins = [dims for _, dims in sig.ins]
+    if op in UNARY_POINTWISE and len(ins) == 1 and ins[0] == out:
+        for d in range(len(out)):
+            for f in range(len(out)):
+                if s := _scale2(out, d, n, f, c):
+                    rows["mbu2"].append((k, d, n, f, sig.with_dims([s], s).key()))
+    elif op in BINARY_POINTWISE and len(ins) == 2 and ins[0] == ins[1] == out:
+        for d in range(len(out)):
+            for f in range(len(out)):
+                if s := _scale2(out, d, n, f, c):
+                    rows["mbb2"].append((k, d, n, f, sig.with_dims([s, s], s).key()))
+    elif op == "broadcast" and len(ins) == 1:
+        mapped = _ints(parsed, "dimensions")
+        for fs, f in enumerate(mapped):
+            si = scale(ins[0], fs, c)
+            for d in range(len(out)):
+                so = _scale2(out, d, n, f, c)
+                if si and so and d not in mapped:
+                    rows["mbbc2"].append((k, d, n, fs, f, sig.with_dims([si], so).key()))
+    elif op == "dot" and len(ins) == 2:
+        lb, lc = _ints(parsed, "lhs_batch_dims"), _ints(parsed, "lhs_contracting_dims")
+        rb, rc = _ints(parsed, "rhs_batch_dims"), _ints(parsed, "rhs_contracting_dims")
+        if lb or rb:
+            return
+        lhs, rhs = ins
+        lfree = [d for d in range(len(lhs)) if d not in lc]
+        rfree = [d for d in range(len(rhs)) if d not in rc]
+        for j, d in enumerate(lfree):
+            for i, g in enumerate(rfree):
+                dout, gout = j, len(lfree) + i
+                sl, sr, so = scale(lhs, d, n), scale(rhs, g, c), _scale2(out, dout, n, gout, c)
+                if sl and sr and so:
+                    rows["mbdsh"].append((k, d, n, g, dout, gout, sig.with_dims([sl, sr], so).key()))
+            for gl, h in zip(lc, rc, strict=False):
+                sl, sr, so = _scale2(lhs, d, n, gl, c), scale(rhs, h, c), scale(out, j, n)
+                if sl and sr and so:
+                    rows["mbdrow"].append((k, d, n, gl, h, j, sig.with_dims([sl, sr], so).key()))
