@@ -174,6 +174,12 @@ models:
   - name: gpipe_spmd
     entry: jax_gpipe.models:gpipe
     expect: unproven
+  - name: gpipe_pp2_tp2
+    entry: jax_gpipe.models:gpipe_tp
+  - name: bug_pp2_tp2_missing_psum
+    entry: jax_gpipe.models:gpipe_tp
+    variant: tp_missing_psum
+    expect: diverged
 """
 
 
@@ -198,6 +204,20 @@ def test_jax_gpipe_split_per_rank_is_verified_and_its_bug_diverged(jax_report: t
     assert _entry(jax_report, "gpipe_spmd")["status"] == "unproven"
 
 
+def test_jax_pp_x_tp_keeps_the_tp_collectives_spmd(jax_report: tuple[dict[str, Any], Path]) -> None:
+    model = _entry(jax_report, "gpipe_pp2_tp2")
+    assert model["status"] == "verified", (model["build"].get("error"), model.get("result", {}).get("reason"))
+    out = jax_report[1] / "gpipe_pp2_tp2"
+    # One SPMD program over the TP group: the stages composed inside it, the weights still
+    # split over tp (column-parallel up along its last dim, row-parallel down along its middle).
+    relations = (out / "relations.yaml").read_text()
+    assert "- [0, 1]" in relations and "relation: sharded, dim: 2, name: up" in relations and "relation: sharded, dim: 1, name: down" in relations
+    hlo = (out / "distributed.hlo").read_text()
+    assert "all-reduce" in hlo and "collective-permute" not in hlo
+    bug = _entry(jax_report, "bug_pp2_tp2_missing_psum")
+    assert bug["status"] == "diverged" and bug["result"]["witness"]["status"] == "confirmed", bug["result"]["reason"]
+
+
 def test_jax_split_refuses_a_collective_it_cannot_compose() -> None:
     import jax
     import jax.numpy as jnp
@@ -210,6 +230,6 @@ def test_jax_split_refuses_a_collective_it_cannot_compose() -> None:
     mesh = jax.make_mesh((1,), ("pp",))
     dist = shard_map(lambda x: jax.lax.pmax(x, "pp"), mesh=mesh, in_specs=(P(),), out_specs=P(), check_vma=False)
     model = JaxModel(lambda x: x, dist, mesh, [JaxInput("x", (2, 2))])
-    fn, _ = composed(JaxPipeline(model), [jax.ShapeDtypeStruct((2, 2), jnp.float32)])
+    fn, *_ = composed(JaxPipeline(model), [jax.ShapeDtypeStruct((2, 2), jnp.float32)])
     with pytest.raises(SplitError, match=r"pmax at .*test_pipeline_sources\.py:\d+: pmax has no per-rank form"):
         jax.jit(fn).lower(jax.ShapeDtypeStruct((2, 2), jnp.float32))

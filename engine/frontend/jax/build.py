@@ -289,7 +289,10 @@ def build_request(request: dict[str, Any]) -> dict[str, Any]:
             from ..pipeline import jaxsplit
 
             try:
-                jaxsplit.build(model, request["name"], out)
+                if len(model.model.mesh.axis_names) > 1:  # PP x TP: the stages inside an SPMD program
+                    build_one(jaxsplit.spmd_model(model), request["name"], out, dump)
+                else:
+                    jaxsplit.build(model, request["name"], out)
             except jaxsplit.SplitError as e:
                 raise SpecError(str(e)) from e
             model = model.model

@@ -110,10 +110,10 @@ class _Ranks:
         env: dict[Any, list[Any]] = {}
 
         def read(v: Any) -> list[Any]:
-            return [v.val] * self.size if isinstance(v, core.Literal) else env[v]
+            return [_host(v.val)] * self.size if isinstance(v, core.Literal) else env[v]
 
         for v, c in zip(jaxpr.constvars, consts, strict=True):
-            env[v] = [c] * self.size
+            env[v] = [_host(c)] * self.size
         for v, a in zip(jaxpr.invars, args, strict=True):
             env[v] = a
         for eqn in jaxpr.eqns:
@@ -129,19 +129,21 @@ class _Ranks:
         return [[_cut(v) for v in read(v)] for v in jaxpr.outvars]
 
     def eqn(self, eqn: Any, invals: list[list[Any]]) -> list[list[Any]]:
-        import jax
         import jax.numpy as jnp
 
         name = eqn.primitive.name
         params = eqn.params
         where = f"{name} at {_line(eqn)}"
+        axes = _axes(params)
+        if axes and self.axis not in axes:
+            # A collective of another mesh axis (tensor parallelism inside a stage): it stays
+            # the SPMD collective it is, in the shard_map over the other axes (see composed).
+            return self.each(eqn, invals)
+        if axes and axes != (self.axis,):
+            raise SplitError(f"{where}: a collective over {axes}, the stage axis {self.axis!r} with others, has no per-rank form here yet")
         if name == "axis_index":
-            if params["axis_name"] != self.axis:
-                raise SplitError(f"{where}: axis_index of {params['axis_name']!r}; the pipeline's stage axis is {self.axis!r}")
             return [list(range(self.size))]
         if name == "ppermute":
-            if tuple(params["axis_name"]) not in ((self.axis,),) and params["axis_name"] != self.axis:
-                raise SplitError(f"{where}: ppermute over {params['axis_name']!r}; only the stage axis {self.axis!r} is split")
             source = {int(d): int(s) for s, d in params["perm"]}
             outs = []
             for k, vals in enumerate(invals):
@@ -149,9 +151,6 @@ class _Ranks:
                 outs.append([vals[source[r]] if r in source else jnp.zeros(aval.shape, aval.dtype) for r in range(self.size)])
             return outs
         if name in ("psum", "psum_invariant"):
-            axes = tuple(params.get("axes", ()))
-            if axes != (self.axis,):
-                raise SplitError(f"{where}: psum over {axes!r}; only a psum over the stage axis {self.axis!r} is split")
             outs = []
             for vals in invals:
                 kept = [v for v in vals if not _is_zero(v)]
@@ -163,7 +162,7 @@ class _Ranks:
                         total = total + v
                 outs.append([total] * self.size)
             return outs
-        if name in ("pmax", "pmin", "all_gather", "all_to_all", "reduce_scatter", "psum_scatter", "pbroadcast"):
+        if axes or name in ("pmax", "pmin", "all_gather", "all_to_all", "reduce_scatter", "psum_scatter", "pbroadcast"):
             raise SplitError(f"{where}: {name} has no per-rank form here yet")
         sub = params.get("jaxpr") if name in ("jit", "pjit", "closed_call", "core_call", "remat", "checkpoint") else params.get("call_jaxpr") if name in ("custom_jvp_call", "custom_vjp_call") else None
         if sub is not None:
@@ -171,6 +170,13 @@ class _Ranks:
             inner = closed.jaxpr if closed is not None else sub
             consts = closed.consts if closed is not None else []
             return self.run(inner, consts, invals)
+        return self.each(eqn, invals)
+
+    def each(self, eqn: Any, invals: list[list[Any]]) -> list[list[Any]]:
+        """The equation on every rank's values (once where they are the same values)."""
+        import jax
+
+        name, params = eqn.primitive.name, eqn.params
         outs_per_rank = []
         first = None
         for r in range(self.size):
@@ -179,6 +185,11 @@ class _Ranks:
                 outs_per_rank.append(first)  # the same values on every rank: computed once
                 continue
             bind = eqn.primitive.get_bind_params(params)
+            for key in ("sharding", "out_sharding"):
+                # The shard_map's mesh (stage axis included) is no context here: the result's
+                # placement is the enclosing program's default.
+                if bind.get(key) is not None:
+                    bind[key] = None
             known = not any(isinstance(a, jax.core.Tracer) for a in args)
             if name == "select_n" and not isinstance(args[0], jax.core.Tracer):
                 chosen = _chosen(args)
@@ -194,6 +205,29 @@ class _Ranks:
             if r == 0:
                 first = out
         return [[outs_per_rank[r][k] for r in range(self.size)] for k in range(len(eqn.outvars))]
+
+
+def _host(value: Any) -> Any:
+    """A literal or constant of the body as a host value: a jax array there carries the
+    shard_map's mesh (stage axis included), which is no context of the composed program."""
+    import jax
+    import numpy as np
+
+    if isinstance(value, jax.core.Tracer) or not isinstance(value, (jax.Array, np.ndarray)):
+        return value
+    # A typed literal (an ndarray subclass that carries its aval) or array: its plain values.
+    return np.asarray(value)
+
+
+def _axes(params: dict[str, Any]) -> tuple[str, ...]:
+    """The mesh axes a collective (or ``axis_index``) names, ``()`` for other equations."""
+    for key in ("axes", "axis_name"):
+        if key in params:
+            value = params[key]
+            names = tuple(value) if isinstance(value, (tuple, list)) else (value,)
+            # Reductions name their dims ``axes`` too (ints): only mesh axis names count.
+            return tuple(n for n in names if isinstance(n, str))
+    return ()
 
 
 def _chosen(args: list[Any]) -> Any:
@@ -231,8 +265,8 @@ def composed(pipeline: JaxPipeline, global_args: Sequence[Any]) -> Any:
 
     model = pipeline.model
     mesh = model.mesh
-    if tuple(mesh.axis_names) != (pipeline.axis,):
-        raise SplitError(f"the pipeline's mesh has axes {tuple(mesh.axis_names)}; a JaxPipeline splits a mesh of the one stage axis {pipeline.axis!r}")
+    if tuple(mesh.axis_names)[:1] != (pipeline.axis,):
+        raise SplitError(f"the pipeline's mesh has axes {tuple(mesh.axis_names)}; a JaxPipeline splits the mesh's first axis, the stage axis {pipeline.axis!r}")
     size = int(mesh.shape[pipeline.axis])
     closed = jax.make_jaxpr(model.distributed)(*global_args)
     eqns = [e for e in closed.jaxpr.eqns if e.primitive.name == "shard_map"]
@@ -253,25 +287,28 @@ def composed(pipeline: JaxPipeline, global_args: Sequence[Any]) -> Any:
             for r in range(size):
                 starts, limits = [0] * a.ndim, list(a.shape)
                 for d, axes in dims.items():
+                    if pipeline.axis not in axes:
+                        continue  # split over the other axes: the enclosing shard_map's
                     if axes != (pipeline.axis,):
-                        raise SplitError(f"an input is split over {axes}; only the stage axis {pipeline.axis!r} is split")
+                        raise SplitError(f"an input dim is split over {axes}; the stage axis {pipeline.axis!r} splits a dim alone")
                     k = a.shape[d] // size
                     starts[d], limits[d] = r * k, (r + 1) * k
-                vals.append(_Block(a, tuple(starts), tuple(limits)) if dims else a)
+                vals.append(_Block(a, tuple(starts), tuple(limits)) if any(pipeline.axis in axes for axes in dims.values()) else a)
             per_rank.append(vals)
         outs = _Ranks(pipeline.axis, size).run(body_jaxpr, body_consts, per_rank)
         results: list[Any] = []
         for vals, spec in zip(outs, out_names, strict=True):
-            dims = _names(spec)
-            if not dims:
-                results.extend(vals)  # replicated: every rank's must equal the baseline's
-            elif list(dims.values()) == [(pipeline.axis,)]:
-                results.append(jax.numpy.concatenate(vals, axis=next(iter(dims))))
+            staged = [d for d, axes in _names(spec).items() if pipeline.axis in axes]
+            if not staged:
+                results.extend(vals)  # replicated over the stages: every rank's must equal the baseline's
+            elif len(staged) == 1 and _names(spec)[staged[0]] == (pipeline.axis,):
+                results.append(jax.numpy.concatenate(vals, axis=staged[0]))
             else:
-                raise SplitError(f"an output split as {dims}; only replicated outputs or one split over {pipeline.axis!r} are composed")
+                raise SplitError(f"an output split as {_names(spec)}; only outputs replicated over {pipeline.axis!r} or one dim split over it alone are composed")
         return tuple(results)
 
-    return fn, [1 if _names(s) else size for s in out_names]
+    copies = [1 if any(pipeline.axis in axes for axes in _names(s).values()) else size for s in out_names]
+    return fn, copies, in_names, out_names
 
 
 def build(pipeline: JaxPipeline, name: str, out: Any) -> None:
@@ -289,7 +326,7 @@ def build(pipeline: JaxPipeline, name: str, out: Any) -> None:
     if not all(hasattr(i, "shape") and hasattr(i, "name") for i in inputs):
         raise SplitError(f"{name}: a JaxPipeline's inputs are JaxInput values (one array each)")
     args = [jax.ShapeDtypeStruct(tuple(i.shape), i.dtype) for i in inputs]
-    fn, copies = composed(pipeline, args)
+    fn, copies, _, _ = composed(pipeline, args)
 
     def baseline(*a: Any) -> tuple[Any, ...]:
         flat = jax.tree_util.tree_leaves(model.baseline(*a))
@@ -310,3 +347,41 @@ def build(pipeline: JaxPipeline, name: str, out: Any) -> None:
         "outputs": [{"baseline": k, "distributed": k, "relation": "duplicate"} for k in range(sum(copies))],
     }
     (folder / "relations.yaml").write_text(f"# {name}: the shard_map over {pipeline.axis!r} split per rank and composed along its permutes\n" + yaml.safe_dump(relations, sort_keys=False, default_flow_style=None))
+
+
+def spmd_model(pipeline: JaxPipeline) -> Any:
+    """PP x other axes (tensor parallelism inside a stage): the stages composed as above inside
+    one ``shard_map`` over the mesh's other axes, whose collectives stay SPMD collectives; the
+    result is an ordinary ``JaxModel`` over the sub-mesh of those axes (the devices of stage
+    0's group: which devices changes no value), checked as every SPMD model is."""
+    import dataclasses
+
+    import jax
+    from jax import shard_map
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    from ..jax.declare import JaxModel
+
+    model = pipeline.model
+    inputs = list(model.inputs)
+    args = [jax.ShapeDtypeStruct(tuple(i.shape), i.dtype) for i in inputs]
+    fn, copies, in_names, out_names = composed(pipeline, args)
+    sub = Mesh(model.mesh.devices[0], tuple(model.mesh.axis_names[1:]))
+
+    def without_stage(names: Any, ndim: int) -> tuple[Any, ...]:
+        dims = _names(names)
+        return tuple((dims[d][0] if len(dims[d]) == 1 else dims[d]) if d in dims and pipeline.axis not in dims[d] else None for d in range(ndim))
+
+    in_specs = tuple(P(*without_stage(n, len(i.shape))) for n, i in zip(in_names, inputs, strict=True))
+    outs = jax.eval_shape(model.distributed, *args)
+    out_avals = jax.tree_util.tree_leaves(outs)
+    out_specs = [without_stage(n, len(a.shape)) for n, a, c in zip(out_names, out_avals, copies, strict=True) for _ in range(c)]
+    dist = shard_map(fn, mesh=sub, in_specs=in_specs, out_specs=tuple(P(*o) for o in out_specs), check_vma=False)
+
+    def baseline(*a: Any) -> tuple[Any, ...]:
+        flat = jax.tree_util.tree_leaves(model.baseline(*a))
+        return tuple(o for o, n in zip(flat, copies, strict=True) for _ in range(n))
+
+    staged_inputs = [dataclasses.replace(i, spec=tuple(spec)) for i, spec in zip(inputs, in_specs, strict=True)]
+    return JaxModel(baseline, dist, sub, staged_inputs, outputs=out_specs, description=model.description)

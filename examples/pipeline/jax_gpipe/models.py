@@ -69,3 +69,43 @@ def gpipe_per_rank(ctx: JaxContext) -> JaxPipeline:
     """The same pipeline, checked per rank: the shard_map is split over ``pp`` and the ranks
     composed along the ppermutes (engine/frontend/pipeline/jaxsplit.py)."""
     return JaxPipeline(gpipe(ctx), axis="pp")
+
+
+def gpipe_tp(ctx: JaxContext) -> JaxPipeline:
+    """PP x TP: each stage's MLP block column/row-parallel over ``tp`` (``psum`` after the down
+    projection), the stages a GPipe over ``pp`` as above; split per stage, the ``tp`` collectives
+    stay SPMD."""
+    stages, tp, hidden, ffn = ctx.knob("pp", 2), ctx.knob("tp", 2), ctx.knob("hidden", 16), ctx.knob("ffn", 32)
+    m, batch = ctx.knob("microbatches", 2), ctx.knob("batch", 8)
+    mesh = ctx.mesh({"pp": stages, "tp": tp})
+    bug = ctx.variant
+
+    def mlp(x: Any, up: Any, down: Any) -> Any:
+        return x + jnp.tanh(x @ up) @ down
+
+    def base(x: Any, up: Any, down: Any) -> Any:
+        for s in range(stages):
+            x = mlp(x, up[s], down[s])
+        return x
+
+    def per_device(x: Any, up: Any, down: Any) -> Any:
+        stage = jax.lax.axis_index("pp")
+        size = batch // m
+        state = jnp.zeros((size, hidden), x.dtype)
+        outputs = []
+        for t in range(m + stages - 1):
+            fresh = x[t * size : (t + 1) * size] if t < m else jnp.zeros_like(state)
+            h = jnp.where(stage == 0, fresh, state)
+            y = jnp.tanh(h @ up[0]) @ down[0]
+            if bug != "tp_missing_psum":
+                y = jax.lax.psum(y, "tp")  # BUG-SITE: tp_missing_psum (dropped)
+            h = h + y
+            if t >= stages - 1:
+                outputs.append(h)
+            state = jax.lax.ppermute(h, "pp", [(i, i + 1) for i in range(stages - 1)])
+        out = jnp.concatenate(outputs)
+        return jax.lax.psum(jnp.where(stage == stages - 1, out, jnp.zeros_like(out)), "pp")
+
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P(), P("pp", None, "tp"), P("pp", "tp", None)), out_specs=P(), check_vma=False)
+    inputs = [JaxInput("x", (batch, hidden)), JaxInput("up", (stages, hidden, ffn), spec=("pp", None, "tp")), JaxInput("down", (stages, ffn, hidden), spec=("pp", "tp", None))]
+    return JaxPipeline(JaxModel(base, dist, mesh, inputs, description=f"GPipe PP {stages} x TP {tp}, {m} microbatches"), axis="pp")
