@@ -24,8 +24,10 @@ arguments:
 The result is one single-device program: every rank's dataflow, joined where the permutes join
 it — the composition of the per-rank programs. A replicated output is returned once per rank
 (each must equal the baseline); an output split over the stage axis is the concatenation of the
-ranks' blocks. Other collectives over the stage axis, other mesh axes and other split outputs
-are refused with the equation named.
+ranks' blocks. With more mesh axes (PP x TP; the stage axis first) the composed function runs
+inside a ``shard_map`` over the other axes, whose collectives stay the SPMD collectives they
+are (:func:`spmd_model`). Other collectives over the stage axis (or over it with others) are
+refused with the equation named.
 """
 
 from __future__ import annotations
