@@ -37,7 +37,7 @@ def _mask(m: object) -> str:
 
 
 def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
-    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "gpart", "inrange", "argpair", "argix", "extof", "gext", "gix", "athas", "argcand", "rot", "lrot", "rterm", "rsum", "scof", "pad", "rot2", "rred", "pexp", "osum", "fsdppiece", "xcol", "xpair", "xgp", "xpp", "xpd", "xlab", "mb", "mbevery", "mbp", "mbacc"])
+    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "gpart", "inrange", "argpair", "argix", "extof", "gext", "gix", "athas", "argcand", "bext", "lidx", "gidx", "gvals", "gids", "rot", "lrot", "rterm", "rsum", "scof", "pad", "rot2", "rred", "pexp", "osum", "fsdppiece", "xcol", "xpair", "xgp", "xpp", "xpd", "xlab", "mb", "mbevery", "mbp", "mbacc"])
     cls_of_value: dict[object, int] = {}
     classes: dict[int, int] = {}
     members: dict[int, list[int]] = {}
@@ -167,6 +167,21 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
         add_dist_only(xp, f"whether the rank holds the {op} along dim {d}", "argreduce/holds-extreme")
     for xp, _x, d, op, _n, _t in tables["argcand"]:
         add_dist_only(xp, f"the rank's candidate for arg{op} along dim {d} (min over ranks)", "argreduce/candidate")
+    # The gathered (extreme, id) pairs of rules/argranks.egg: related for localization (only the
+    # id taken at the arg-reduce of the gathered extremes relates to the baseline), so a wrong
+    # id table is reported where it is built, not at the extremes' all-gather.
+    for xp, x, op in tables["bext"]:
+        if vocab_parallel(x, 1):
+            add_dist_only(xp, f"{op} of the rank's values along dim 1", "argranks/block-extreme")
+    for xp, x, op, n in tables["lidx"]:
+        if vocab_parallel(x, 1):
+            add_dist_only(xp, f"arg{op} along dim 1 within the rank's {n} values", "argranks/local-index")
+    for xp, _x, op, w, _t in tables["gidx"]:
+        add_dist_only(xp, f"the rank's id of its arg{op} along dim 1 (r*{w} + local index)", "argranks/rank-id")
+    for xp, _x, op in tables["gvals"]:
+        add_dist_only(xp, f"every rank's {op} along dim 1, gathered in rank order", "argranks/gathered-extremes")
+    for xp, _x, op, n, _t in tables["gids"]:
+        add_dist_only(xp, f"every rank's id of its arg{op} among {n} values, gathered in rank order", "argranks/gathered-ids")
     # Ring steps (rules/permute.egg): related for localization; only a sum over every block
     # (rsum over all offsets) relates plainly, as dup.
     for x, xp, d, k in tables["rot"]:

@@ -46,6 +46,7 @@ from . import (
     a2adup,
     a2astack,
     algebra,
+    argranks,
     argreduce,
     clampgather,
     core,
@@ -147,6 +148,7 @@ FAMILIES: list[Family] = [
     Family("a2astack", "a2astack.egg", a2astack.TABLES),
     Family("packedar", "packedar.egg", packedar.TABLES, graph_rows=packedar.graph_rows),
     Family("dotblock", "dotblock.egg", dotblock.TABLES, dotblock.OPCODES, dotblock.instruction_rows),
+    Family("argranks", "argranks.egg", argranks.TABLES, argranks.OPCODES, argranks.instruction_rows),
 ]
 
 
