@@ -34,6 +34,7 @@ VERIFIED = [
     "c_layernorm_hidden_sharded_fused_stats",  # packedar: one all-reduce of both statistics
     "c_flat_bucket_allreduce",  # packedar: a flattened bucket
     "c_hlo_tuple_a2a_row_col_blocks",  # dotblock + a2astack: a tuple all-to-all of separate dots
+    "c_vocab_argmax_offset_table",  # argranks: gathered (extreme, r*w + index) pairs, the id at the argmax
 ]
 # bug twin -> the functions of torch_pairs.py one of which must hold the divergence's line (None:
 # a pair traced before torch_pairs.py grew, whose recorded lines are those of that version)
@@ -46,6 +47,7 @@ BUGS: dict[str, set[str] | None] = {
     "b_a2a_chunk_cat_third_dim_reversed": {"_a2a_third_dim"},
     "b_layernorm_fused_stats_swapped": {"_layer_norm_fused_stats"},
     "b_flat_bucket_allreduce_offset": {"_bucket"},
+    "b_vocab_argmax_offset_table_stride": {"_vocab_argmax"},
 }
 
 

@@ -1564,7 +1564,6 @@ def dotblock(rng: random.Random) -> Program:
            "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 1}]}
     return Program("dotblock", f"{t} x[{rows},{k}] W[{k},{cols}], defect {defect} (groups {groups})", base, dist, rel)
 
-
 FAMILIES: dict[str, Callable[[random.Random], Program]] = {
     "rankpos": rankpos,
     "argreduce": argreduce,
@@ -1611,6 +1610,87 @@ def generate(family: str, count: int, seed: int) -> list[Program]:
         out.append(p)
     return out
 
+
+# ---- reductions over microbatch blocks (rules/microbatch.egg: mbp / mbacc) ----------------------
+
+
+def mbreduce(rng: random.Random) -> Program:
+    """The loss and the weight gradient of a batch cut into n microbatches (literal slices of a
+    duplicate along d): each block reduced (a reduce(add) over dims containing d, a mean: the
+    block's sum divided by its size and then by n, or a dot contracting d with a second input
+    cut the same way), the blocks' results summed in a drawn order. Drawn: the element type
+    (narrow, unsigned, float), n, the block size, d, the form, the order of the adds, and the
+    side conditions: a block left out, one block counted twice, the mean not divided by n,
+    a reduce started from one, a slice off by one, one block cut along the other dim."""
+    groups = _layout(rng)
+    form = rng.choice(["reduce", "mean", "dot"])
+    t = rng.choice(["f32", "bf16"]) if form == "mean" else rng.choice(["f32", "bf16", "s32", "s8", "u16"])
+    n, b, h = rng.choice([2, 3, 4]), rng.choice([1, 2]), rng.choice([2, 3])
+    d = rng.choice([0, 1]) if form != "dot" else 0
+    o = 1 - d
+    dims = [n * b, h] if d == 0 else [h, n * b]
+    defect = rng.choice(["none"] * 6 + ["missing", "twice", "unscaled", "init", "offset", "otherdim"])
+    if defect == "unscaled" and form != "mean":
+        defect = "none"
+    if defect == "otherdim" and (form == "dot" or dims[o] % n or dims[o] // n != b or dims[o] != dims[d]):
+        defect = "none"  # another dim cut into the same block shape: only for square operands
+    order = list(range(n))
+    rng.shuffle(order)
+    if defect == "missing":
+        order = order[:-1]
+    if defect == "twice":
+        order[-1] = order[0]
+
+    def text(dd: list[int]) -> str:
+        return f"{t}[{','.join(map(str, dd))}]"
+
+    out = f"{t}[{h},{h}]" if form == "dot" else f"{t}[]"
+    head = [f"  %x = {text(dims)} parameter(0)", f"  %y = {text(dims)} parameter(1)", f"  %zero = {t}[] constant(0)"]
+    params = f"x: {text(dims)}, y: {text(dims)}"
+    sq = f"  %sq = {text(dims)} multiply({text(dims)} %x, {text(dims)} %y)"
+    if form == "dot":
+        bl = [f"  %r = {out} dot({text(dims)} %x, {text(dims)} %y), lhs_contracting_dims={{0}}, rhs_contracting_dims={{0}}"]
+    else:
+        bl = [sq, f"  %r = {t}[] reduce({text(dims)} %sq, {t}[] %zero), dimensions={{0,1}}, to_apply=%sum"]
+        if form == "mean":
+            bl += [f"  %cnt = {t}[] constant({n * b * h})", f"  %r2 = {t}[] divide({t}[] %r, {t}[] %cnt)"]
+    last = "r2" if form == "mean" else "r"
+    base = f"HloModule mbr_base\n\n{_reducer('sum', 'add', t)}\nENTRY %main ({params}) -> {out} {{\n" + "\n".join([*head, *bl]) + f"\n  ROOT %out = {out} copy({out} %{last})\n}}\n"
+    dl = list(head)
+    if defect == "init":
+        dl.append(f"  %one = {t}[] constant(1)")
+    parts = []
+    for i, e in enumerate(order):
+        cut = o if defect == "otherdim" and i == 0 else d
+        start = e * b + (1 if defect == "offset" and i == 0 and e < n - 1 else 0)
+        sl = ", ".join(f"[{start}:{start + b}]" if k == cut else f"[0:{dims[k]}]" for k in range(2))
+        blk = [b, h] if cut == 0 else [h, b]
+        dl += [f"  %x{i} = {text(blk)} slice({text(dims)} %x), slice={{{sl}}}", f"  %y{i} = {text(blk)} slice({text(dims)} %y), slice={{{sl}}}"]
+        if form == "dot":
+            dl.append(f"  %p{i} = {out} dot({text(blk)} %x{i}, {text(blk)} %y{i}), lhs_contracting_dims={{0}}, rhs_contracting_dims={{0}}")
+        else:
+            init = "one" if defect == "init" and i == 0 else "zero"
+            dl += [f"  %s{i}q = {text(blk)} multiply({text(blk)} %x{i}, {text(blk)} %y{i})",
+                   f"  %p{i} = {t}[] reduce({text(blk)} %s{i}q, {t}[] %{init}), dimensions={{0,1}}, to_apply=%sum"]
+            if form == "mean":
+                dl += [f"  %c{i} = {t}[] constant({b * h})", f"  %m{i} = {t}[] divide({t}[] %p{i}, {t}[] %c{i})"]
+                if defect != "unscaled":
+                    dl += [f"  %n{i} = {t}[] constant({n})", f"  %l{i} = {t}[] divide({t}[] %m{i}, {t}[] %n{i})"]
+                parts.append(f"m{i}" if defect == "unscaled" else f"l{i}")
+                continue
+        parts.append(f"p{i}")
+    acc = parts[0]
+    for i, p in enumerate(parts[1:]):
+        dl.append(f"  %acc{i} = {out} add({out} %{acc}, {out} %{p})")
+        acc = f"acc{i}"
+    dist = f"HloModule mbr_dist\n\n{_reducer('sum', 'add', t)}\nENTRY %main ({params}) -> {out} {{\n" + "\n".join(dl) + f"\n  ROOT %out = {out} copy({out} %{acc})\n}}\n"
+    rel = {"groups": groups, "inputs": [{"baseline": i, "distributed": i, "relation": "duplicate"} for i in range(2)],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    desc = f"{form} of {t}{dims} over {n} blocks of {b} along {d}, adds in order {order}, defect {defect}"
+    return Program("mbreduce", desc, base, dist, rel)
+
+
+FAMILIES["mbreduce"] = mbreduce
 
 
 # ---- cross entropy under loss_parallel (rules/crossentropy.egg, section e) ---------------------
@@ -1887,83 +1967,73 @@ def mbtp(rng: random.Random) -> Program:
 FAMILIES["mbtp"] = mbtp
 
 
-# ---- reductions over microbatch blocks (rules/microbatch.egg: mbp / mbacc) ----------------------
+# ---- vocab-parallel argmax from gathered (extreme, id) pairs (rules/argranks.egg) -----------------
 
 
-def mbreduce(rng: random.Random) -> Program:
-    """The loss and the weight gradient of a batch cut into n microbatches (literal slices of a
-    duplicate along d): each block reduced (a reduce(add) over dims containing d, a mean: the
-    block's sum divided by its size and then by n, or a dot contracting d with a second input
-    cut the same way), the blocks' results summed in a drawn order. Drawn: the element type
-    (narrow, unsigned, float), n, the block size, d, the form, the order of the adds, and the
-    side conditions: a block left out, one block counted twice, the mean not divided by n,
-    a reduce started from one, a slice off by one, one block cut along the other dim."""
+def argranks(rng: random.Random) -> Program:
+    """A vocab-parallel argmax (argmin) as torch writes greedy decoding over sharded logits: each
+    rank's block extreme and the global id of its first extreme, taken from its id table
+    arange(w) + r*w (broadcast over the rows) by a take-along-row gather; both all-gathered along
+    a new column; the id at the arg-reduce of the gathered extremes. Drawn: the id type (narrow and
+    unsigned: ids that wrap), the local and gather index types, the offset stride (w or off by
+    one), the groups of each all-gather, the final arg-reduce's op; the baseline's arg-reduce
+    converted to the id type."""
     groups = _layout(rng)
-    form = rng.choice(["reduce", "mean", "dot"])
-    t = rng.choice(["f32", "bf16"]) if form == "mean" else rng.choice(["f32", "bf16", "s32", "s8", "u16"])
-    n, b, h = rng.choice([2, 3, 4]), rng.choice([1, 2]), rng.choice([2, 3])
-    d = rng.choice([0, 1]) if form != "dot" else 0
-    o = 1 - d
-    dims = [n * b, h] if d == 0 else [h, n * b]
-    defect = rng.choice(["none"] * 6 + ["missing", "twice", "unscaled", "init", "offset", "otherdim"])
-    if defect == "unscaled" and form != "mean":
-        defect = "none"
-    if defect == "otherdim" and (form == "dot" or dims[o] % n or dims[o] // n != b or dims[o] != dims[d]):
-        defect = "none"  # another dim cut into the same block shape: only for square operands
-    order = list(range(n))
-    rng.shuffle(order)
-    if defect == "missing":
-        order = order[:-1]
-    if defect == "twice":
-        order[-1] = order[0]
+    c = len(groups[0])
+    rows = rng.choice([1, 2, 3])
+    w = rng.choice([3, 8, 40, 100])
+    n = c * w
+    op = rng.choice(["max", "min"])
+    direction = rng.choice(["GE", "GT"] if op == "max" else ["LE", "LT"])
+    red = "maximum" if op == "max" else "minimum"
+    tb = rng.choice(["s32", "s64", "u16"])
+    td = rng.choice(["s32", "s64", "u8", "s16"])
+    to = rng.choice(["s64", "s32", "u8", "s8", "u16"])
+    ix = rng.choice(["u32", "s32", "s64"])
+    stride = w if rng.random() < 0.6 else rng.choice([w + 1, w - 1])
+    vgroups = groups if rng.random() < 0.85 else _other_groups(rng, groups)
+    igroups = groups if rng.random() < 0.85 else _other_groups(rng, groups)
+    op2 = op if rng.random() < 0.85 else ("min" if op == "max" else "max")
+    dir2 = rng.choice(["GE", "GT"] if op2 == "max" else ["LE", "LT"])
+    init_v = "-inf" if op == "max" else "inf"
+    init_2 = "-inf" if op2 == "max" else "inf"
+    sh, shl, shc = f"{rows},{n}", f"{rows},{w}", f"{rows},{c}"
 
-    def text(dd: list[int]) -> str:
-        return f"{t}[{','.join(map(str, dd))}]"
+    def conv(src: str, frm: str, t: str, shape: str, name: str) -> str:
+        return f"  %{name} = {t}[{shape}] {'convert' if frm != t else 'copy'}({frm}[{shape}] {src})\n"
 
-    out = f"{t}[{h},{h}]" if form == "dot" else f"{t}[]"
-    head = [f"  %x = {text(dims)} parameter(0)", f"  %y = {text(dims)} parameter(1)", f"  %zero = {t}[] constant(0)"]
-    params = f"x: {text(dims)}, y: {text(dims)}"
-    sq = f"  %sq = {text(dims)} multiply({text(dims)} %x, {text(dims)} %y)"
-    if form == "dot":
-        bl = [f"  %r = {out} dot({text(dims)} %x, {text(dims)} %y), lhs_contracting_dims={{0}}, rhs_contracting_dims={{0}}"]
-    else:
-        bl = [sq, f"  %r = {t}[] reduce({text(dims)} %sq, {t}[] %zero), dimensions={{0,1}}, to_apply=%sum"]
-        if form == "mean":
-            bl += [f"  %cnt = {t}[] constant({n * b * h})", f"  %r2 = {t}[] divide({t}[] %r, {t}[] %cnt)"]
-    last = "r2" if form == "mean" else "r"
-    base = f"HloModule mbr_base\n\n{_reducer('sum', 'add', t)}\nENTRY %main ({params}) -> {out} {{\n" + "\n".join([*head, *bl]) + f"\n  ROOT %out = {out} copy({out} %{last})\n}}\n"
-    dl = list(head)
-    if defect == "init":
-        dl.append(f"  %one = {t}[] constant(1)")
-    parts = []
-    for i, e in enumerate(order):
-        cut = o if defect == "otherdim" and i == 0 else d
-        start = e * b + (1 if defect == "offset" and i == 0 and e < n - 1 else 0)
-        sl = ", ".join(f"[{start}:{start + b}]" if k == cut else f"[0:{dims[k]}]" for k in range(2))
-        blk = [b, h] if cut == 0 else [h, b]
-        dl += [f"  %x{i} = {text(blk)} slice({text(dims)} %x), slice={{{sl}}}", f"  %y{i} = {text(blk)} slice({text(dims)} %y), slice={{{sl}}}"]
-        if form == "dot":
-            dl.append(f"  %p{i} = {out} dot({text(blk)} %x{i}, {text(blk)} %y{i}), lhs_contracting_dims={{0}}, rhs_contracting_dims={{0}}")
-        else:
-            init = "one" if defect == "init" and i == 0 else "zero"
-            dl += [f"  %s{i}q = {text(blk)} multiply({text(blk)} %x{i}, {text(blk)} %y{i})",
-                   f"  %p{i} = {t}[] reduce({text(blk)} %s{i}q, {t}[] %{init}), dimensions={{0,1}}, to_apply=%sum"]
-            if form == "mean":
-                dl += [f"  %c{i} = {t}[] constant({b * h})", f"  %m{i} = {t}[] divide({t}[] %p{i}, {t}[] %c{i})"]
-                if defect != "unscaled":
-                    dl += [f"  %n{i} = {t}[] constant({n})", f"  %l{i} = {t}[] divide({t}[] %m{i}, {t}[] %n{i})"]
-                parts.append(f"m{i}" if defect == "unscaled" else f"l{i}")
-                continue
-        parts.append(f"p{i}")
-    acc = parts[0]
-    for i, p in enumerate(parts[1:]):
-        dl.append(f"  %acc{i} = {out} add({out} %{acc}, {out} %{p})")
-        acc = f"acc{i}"
-    dist = f"HloModule mbr_dist\n\n{_reducer('sum', 'add', t)}\nENTRY %main ({params}) -> {out} {{\n" + "\n".join(dl) + f"\n  ROOT %out = {out} copy({out} %{acc})\n}}\n"
-    rel = {"groups": groups, "inputs": [{"baseline": i, "distributed": i, "relation": "duplicate"} for i in range(2)],
+    base = ("HloModule argranks_base\n\n" + _argcombine("comb", "f32", tb, direction) + f"\nENTRY %main (x: f32[{sh}]) -> {to}[{rows}] {{\n  %x = f32[{sh}] parameter(0)\n"
+            f"  %io = {tb}[{sh}] iota(), iota_dimension=1\n  %iv = f32[] constant({init_v})\n  %ii = {tb}[] constant(0)\n"
+            f"  %ar = (f32[{rows}], {tb}[{rows}]) reduce(f32[{sh}] %x, {tb}[{sh}] %io, f32[] %iv, {tb}[] %ii), dimensions={{1}}, to_apply=%comb\n"
+            f"  %idx = {tb}[{rows}] get-tuple-element((f32[{rows}], {tb}[{rows}]) %ar), index=1\n" + conv("%idx", tb, to, str(rows), "out").replace("%out =", "ROOT %out =") + "}\n")
+    take = "offset_dims={}, collapsed_slice_dims={0,1}, start_index_map={0,1}, index_vector_dim=2, slice_sizes={1,1}"
+    dist = ("HloModule argranks_dist\n\n" + _reducer("ext", red, "f32") + _argcombine("comb", "f32", td, direction) + _argcombine("comb2", "f32", "s32", dir2)
+            + f"\nENTRY %main (r: s32[], x: f32[{shl}]) -> {to}[{rows}] {{\n  %r = s32[] parameter(0)\n  %x = f32[{shl}] parameter(1)\n"
+            f"  %iv = f32[] constant({init_v})\n  %m = f32[{rows}] reduce(f32[{shl}] %x, f32[] %iv), dimensions={{1}}, to_apply=%ext\n"
+            f"  %m1 = f32[{rows},1] reshape(f32[{rows}] %m)\n"
+            f"  %io = {td}[{shl}] iota(), iota_dimension=1\n  %ii = {td}[] constant(0)\n"
+            f"  %ar = (f32[{rows}], {td}[{rows}]) reduce(f32[{shl}] %x, {td}[{shl}] %io, f32[] %iv, {td}[] %ii), dimensions={{1}}, to_apply=%comb\n"
+            f"  %li = {td}[{rows}] get-tuple-element((f32[{rows}], {td}[{rows}]) %ar), index=1\n" + conv("%li", td, ix, str(rows), "lic")
+            + f"  %li3 = {ix}[{rows},1,1] reshape({ix}[{rows}] %lic)\n  %rows = {ix}[{rows},1,1] iota(), iota_dimension=0\n"
+            f"  %cat = {ix}[{rows},1,2] concatenate({ix}[{rows},1,1] %rows, {ix}[{rows},1,1] %li3), dimensions={{2}}\n"
+            f"  %ar0 = {to}[{w}] iota(), iota_dimension=0\n" + conv("%r", "s32", to, "", "rc")
+            + f"  %wo = {to}[] constant({stride})\n  %off = {to}[] multiply({to}[] %rc, {to}[] %wo)\n"
+            f"  %offb = {to}[{w}] broadcast({to}[] %off), dimensions={{}}\n  %tab1 = {to}[{w}] add({to}[{w}] %ar0, {to}[{w}] %offb)\n"
+            f"  %tab = {to}[{shl}] broadcast({to}[{w}] %tab1), dimensions={{1}}\n"
+            f"  %gid = {to}[{rows},1] gather({to}[{shl}] %tab, {ix}[{rows},1,2] %cat), {take}\n"
+            f"  %G = f32[{shc}] all-gather(f32[{rows},1] %m1), channel_id=1, replica_groups={_groups_text(vgroups)}, use_global_device_ids=true, dimensions={{1}}\n"
+            f"  %I = {to}[{shc}] all-gather({to}[{rows},1] %gid), channel_id=2, replica_groups={_groups_text(igroups)}, use_global_device_ids=true, dimensions={{1}}\n"
+            f"  %io2 = s32[{shc}] iota(), iota_dimension=1\n  %iv2 = f32[] constant({init_2})\n  %i0 = s32[] constant(0)\n"
+            f"  %ar2 = (f32[{rows}], s32[{rows}]) reduce(f32[{shc}] %G, s32[{shc}] %io2, f32[] %iv2, s32[] %i0), dimensions={{1}}, to_apply=%comb2\n"
+            f"  %j = s32[{rows}] get-tuple-element((f32[{rows}], s32[{rows}]) %ar2), index=1\n  %j3 = s32[{rows},1,1] reshape(s32[{rows}] %j)\n"
+            f"  %rows2 = s32[{rows},1,1] iota(), iota_dimension=0\n  %cat2 = s32[{rows},1,2] concatenate(s32[{rows},1,1] %rows2, s32[{rows},1,1] %j3), dimensions={{2}}\n"
+            f"  %pick = {to}[{rows},1] gather({to}[{shc}] %I, s32[{rows},1,2] %cat2), {take}\n"
+            f"  ROOT %out = {to}[{rows}] reshape({to}[{rows},1] %pick)\n}}\n")
+    rel = {"groups": groups, "inputs": [{"distributed": 0, "relation": "rank"}, {"baseline": 0, "distributed": 1, "relation": "sharded", "dim": 1}],
            "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
-    desc = f"{form} of {t}{dims} over {n} blocks of {b} along {d}, adds in order {order}, defect {defect}"
-    return Program("mbreduce", desc, base, dist, rel)
+    form = (f"arg{op} n={n} c={c} idx base {tb} local {td} take {ix} ids {to} stride {stride} (w {w}), values over {vgroups}, ids over {igroups},"
+            f" combine arg{op2} (groups {groups})")
+    return Program("argranks", form, base, dist, rel)
 
 
-FAMILIES["mbreduce"] = mbreduce
+FAMILIES["argranks"] = argranks

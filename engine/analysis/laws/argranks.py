@@ -45,7 +45,11 @@ def _takes_row(ins: Instruction, src: tuple[int, ...], idx: tuple[int, ...]) -> 
 
 def instruction_rows(rows: dict[str, list[tuple[object, ...]]], side: str, sig: Sig, ins: Instruction, opnd: list[Shape], c: int) -> None:
     op, out, key = ins.opcode, ins.shape, sig.key()
-    if out.is_tuple or not opnd or any(s.is_tuple for s in opnd):
+    if out.is_tuple or not opnd:
+        return
+    if op in ("get-tuple-element", "convert", "copy", "reshape", "gather") and out.dtype in INT_BITS:
+        rows["argshape"].append((key, shape_text(out.dtype, tuple(out.dims))))
+    if any(s.is_tuple for s in opnd):
         return
     dims = tuple(out.dims)
     if op in ("reshape", "copy") and len(opnd) == 1 and opnd[0].dtype == out.dtype and _rowlike(tuple(opnd[0].dims), dims):
@@ -67,5 +71,3 @@ def instruction_rows(rows: dict[str, list[tuple[object, ...]]], side: str, sig: 
                 # its new dims and keeps them along d (now d2).
                 if 0 <= d2 < len(dims) and dims[d2] == opnd[0].dims[d]:
                     rows["posbcast"].append((key, d, d2, shape_text(out.dtype, dims)))
-    if op in ("get-tuple-element", "convert", "copy", "reshape", "gather") and out.dtype in INT_BITS:
-        rows["argshape"].append((key, shape_text(out.dtype, dims)))
