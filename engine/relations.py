@@ -227,6 +227,12 @@ def _check_gathered(b: Binding, groups: list[list[int]], fail: Any) -> None:
     for g in b.gathered.groups:
         if len({rank_of[d] for d in g}) != 1:
             raise fail(key, f"gathered group {list(g)} mixes ranks {sorted({rank_of[d] for d in g})} of the sharding groups; its devices must hold the same rank's value")
+    # A gathered group of two or more devices joins devices of different sharding groups (one
+    # rank each), whose blocks make one value: that value cannot also differ between the groups.
+    # Both together were verified although the all-gather joins blocks of different values
+    # (tests/soundness_regressions/gathered_per_group_data).
+    if b.per_group_data and len(b.gathered.groups[0]) > 1:
+        raise fail(f"{b.key}.per_group_data", f"a gathered input holds one value across its gathered groups {[list(g) for g in b.gathered.groups]}, which join devices of different sharding groups; it cannot differ between the groups (drop per_group_data, or gathered)")
 
 
 def _custom_call(cc: Any, key: str, fail: Any) -> CustomCallRule:

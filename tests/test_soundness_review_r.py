@@ -1,0 +1,92 @@
+"""Holes found by an outside review of this stop's laws (issue 23's standard: a pair XLA finds
+different must never be `verified`). Each case: the hole as found (now refused or not verified),
+XLA's runtime showing the programs differ, and the correct twin still verified and equal.
+
+- gathered_per_group_data (tests/soundness_regressions/): an FSDP-cut input (``gathered`` over
+  the data axis) also declared ``per_group_data``. A gathered group joins one device of each
+  sharding group, so its all-gather concatenates blocks of the groups' different values; the
+  `gathered` binding and rules/fsdpslice.egg took it for the rank's value: verified. Now bad
+  input naming the key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from shardproof.engine.analysis.verify import verify
+from shardproof.engine.errors import InputError
+from shardproof.engine.hlo.parser import parse_hlo
+from shardproof.engine.relations import parse_relations
+
+CASE = Path(__file__).parent / "soundness_regressions" / "gathered_per_group_data"
+
+
+def _load() -> tuple[str, str, dict[str, Any]]:
+    return (CASE / "baseline.hlo").read_text(), (CASE / "distributed.hlo").read_text(), yaml.safe_load((CASE / "relations.yaml").read_text())
+
+
+def _verdict(base: str, dist: str, rel: dict[str, Any]) -> str:
+    return verify(parse_relations(rel, "relations.yaml"), parse_hlo(base, "baseline.hlo"), parse_hlo(dist, "distributed.hlo")).verdict
+
+
+def test_gathered_input_with_per_group_data_is_bad_input_and_really_differs() -> None:
+    base, dist, rel = _load()
+    with pytest.raises(InputError, match=r"inputs\[0\]\.per_group_data: a gathered input holds one value across its gathered groups"):
+        _verdict(base, dist, rel)
+    oracle = pytest.importorskip("oracle")
+    assert not any(oracle.run_pair(base, dist, rel, seed=s).equal for s in range(2))
+
+
+def test_gathered_input_without_per_group_data_still_verifies_and_is_equal() -> None:
+    base, dist, rel = _load()
+    rel["inputs"][0].pop("per_group_data")
+    assert _verdict(base, dist, rel) == "verified"
+    oracle = pytest.importorskip("oracle")
+    for s in range(2):
+        run = oracle.run_pair(base, dist, rel, seed=s)
+        assert run.equal, run.summary()
+
+
+# The same contradiction on FSDP inside nn.scan (rules/fsdpslice.egg): each layer's slice of the
+# stacked weight all-gathered over the data axis.
+_SCAN_BASE = """HloModule fs_base
+
+ENTRY %main (p: s8[3,4,6]) -> s8[4,6] {
+  %p = s8[3,4,6] parameter(0)
+  %i = s32[] constant(2)
+  %z = s32[] constant(0)
+  %ds = s8[1,4,6] dynamic-slice(s8[3,4,6] %p, s32[] %i, s32[] %z, s32[] %z), dynamic_slice_sizes={1,4,6}
+  ROOT %sq = s8[4,6] reshape(s8[1,4,6] %ds)
+}
+"""
+_SCAN_DIST = """HloModule fs_dist
+
+ENTRY %main (p: s8[3,4,3]) -> s8[4,6] {
+  %p = s8[3,4,3] parameter(0)
+  %i = s32[] constant(2)
+  %z = s32[] constant(0)
+  %ds = s8[1,4,3] dynamic-slice(s8[3,4,3] %p, s32[] %i, s32[] %z, s32[] %z), dynamic_slice_sizes={1,4,3}
+  %sq = s8[4,3] reshape(s8[1,4,3] %ds)
+  ROOT %ag = s8[4,6] all-gather(s8[4,3] %sq), channel_id=1, replica_groups={{0,1},{2,3}}, dimensions={1}, use_global_device_ids=true
+}
+"""
+
+
+@pytest.mark.parametrize("per_group", [True, False])
+def test_fsdp_layer_slice_of_per_group_weight(per_group: bool) -> None:
+    rel: dict[str, Any] = {"groups": [[0, 2], [1, 3]],
+                           "inputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate", "gathered": {"dim": 2, "groups": [[0, 1], [2, 3]]}}],
+                           "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    oracle = pytest.importorskip("oracle")
+    if per_group:
+        rel["inputs"][0]["per_group_data"] = True
+        with pytest.raises(InputError, match=r"per_group_data"):
+            _verdict(_SCAN_BASE, _SCAN_DIST, rel)
+        assert not oracle.run_pair(_SCAN_BASE, _SCAN_DIST, rel, seed=0).equal
+    else:
+        assert _verdict(_SCAN_BASE, _SCAN_DIST, rel) == "verified"
+        assert oracle.run_pair(_SCAN_BASE, _SCAN_DIST, rel, seed=0).equal
