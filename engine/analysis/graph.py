@@ -30,7 +30,7 @@ from .ops import (
     COMMUTATIVE,
     KNOWN,
 )
-from .ranges import Ranges, fits_int
+from .ranges import Ranges, fits_int, guarded_fits_int
 from .scatter import read_scatter
 from .signature import Sig, make_sig
 
@@ -230,7 +230,7 @@ def _check_supported(g: Graphs, side: str, ins: Instruction, module: Module) -> 
         unsupported(f"{ins.opcode} with a reducer that is not a plain add/max/min/mul/and/or")
     if ins.opcode == "convert" and ins.operands and ins.shape.dtype in INT_BITS:
         src = module.entry.get(ins.operands[0])
-        if src is not None and src.shape.dtype not in INT_BITS and src.shape.dtype != "pred" and not _fits_int(g, module, src, ins.shape.dtype):
+        if src is not None and src.shape.dtype not in INT_BITS and src.shape.dtype != "pred" and not _fits_int(g, module, src, ins.shape.dtype, ins):
             # Out-of-range float->int converts are implementation-defined: XLA:CPU gives
             # different answers for the same value in differently shaped (vectorized) programs.
             # Exception: values provably in range (analysis.ranges), such as torch's
@@ -257,7 +257,7 @@ def _check_supported(g: Graphs, side: str, ins: Instruction, module: Module) -> 
         unsupported(f"{ins.opcode} with {len(ins.operands)} operands")
 
 
-def _fits_int(g: Graphs, module: Module, src: Instruction, dtype: str) -> bool:
+def _fits_int(g: Graphs, module: Module, src: Instruction, dtype: str, conv: Instruction | None = None) -> bool:
     """Every value ``src`` (a float) can hold converts to the int ``dtype`` in range (the value
     range analysis of analysis.ranges, one memo per module)."""
     ranges = g.ranges.get(id(module))
@@ -265,7 +265,8 @@ def _fits_int(g: Graphs, module: Module, src: Instruction, dtype: str) -> bool:
         # The rank input of the distributed program is its index in the group: [0, c - 1].
         seeds = {name: (0, g.spec.c - 1) for name in g.rank_params} if module is g.distributed else {}
         ranges = g.ranges[id(module)] = Ranges(module, seeds)
-    return fits_int(ranges, src, dtype)
+    # Or the out-of-range values are dropped by a select guarding them (analysis.ranges).
+    return fits_int(ranges, src, dtype) or (conv is not None and guarded_fits_int(ranges, conv))
 
 
 # How to get the values of an elided literal: said wherever one stops a proof.

@@ -92,6 +92,7 @@ class Ranges:
     def __init__(self, module: Module, seeds: dict[str, Range] | None = None) -> None:
         """``seeds``: known ranges of entry parameters by name (the rank input: [0, c - 1])."""
         self.module = module
+        self.seeds: dict[str, Range] = dict(seeds or {})
         self.memo: dict[str, Range] = dict(seeds or {})
 
     def of(self, ins: Instruction, depth: int = 0) -> Range:
@@ -199,3 +200,108 @@ def fits_int(ranges: Ranges, src: Instruction, dtype: str) -> bool:
     lo, hi = ranges.of(src)
     tlo, thi = int_range(dtype)
     return float(tlo) - 1 < lo and hi < float(thi) + 1
+
+
+# Ops that map element e of their same-shaped operands to element e of their result (and
+# nothing else): a value range restricted on the elements where a predicate holds stays valid
+# through them, element for element.
+_ELEMENTWISE = frozenset({"add", "subtract", "multiply", "divide", "minimum", "maximum", "abs", "negate", "convert", "log",
+                          "exponential", "sqrt", "floor", "ceil", "round-nearest-afz", "round-nearest-even", "sign", "copy"})
+_KEPT_WHEN_FALSE = {"LT": lambda k: (k, math.inf), "LE": lambda k: (k + 1, math.inf), "GT": lambda k: (-math.inf, k), "GE": lambda k: (-math.inf, k - 1)}
+
+
+def guarded_fits_int(ranges: Ranges, conv: Instruction) -> bool:
+    """A float -> int ``conv`` whose out-of-range values are provably discarded: every use of it
+    flows, element for element (the ops of _ELEMENTWISE, same dims), into the on-false operand
+    of one select(compare(R, K), a, .) (K a literal scalar or its broadcast, R an int tensor of
+    the select's dims, direction LT/LE/GT/GE; on-true with the compare negated alike), and on the
+    elements that select keeps, i.e. with R restricted to where the compare is false, the
+    convert's operand is in range (the range analysis seeded with that restriction). Sound
+    because the operand depends on R only through elementwise ops of the same dims, so element
+    e of it is computed from R[e] alone; whatever the convert gives elsewhere is dropped by the
+    select. (T5's relative-position buckets: log(0) = -inf on the small positions, which
+    `where(is_small, rel, large)` replaces by rel.)"""
+    entry = ranges.module.entry
+    dims = tuple(conv.shape.dims)
+    users: dict[str, list[Instruction]] = {}
+    for ins in entry.instructions:
+        for o in ins.operands:
+            users.setdefault(o, []).append(ins)
+    guard: tuple[Instruction, int] | None = None
+    todo, seen = [conv], {conv.name}
+    while todo:
+        cur = todo.pop()
+        outs = users.get(cur.name, [])
+        if not outs:
+            return False  # an output, or unused: the value would be observable
+        for u in outs:
+            if u.opcode == "select" and len(u.operands) == 3 and u.operands[0] != cur.name and tuple(u.shape.dims) == dims:
+                branch = 2 if u.operands[2] == cur.name and u.operands[1] != cur.name else 1 if u.operands[1] == cur.name and u.operands[2] != cur.name else 0
+                if not branch or (guard is not None and (guard[0].name != u.name or guard[1] != branch)):
+                    return False  # the value selected by its own predicate, or several guards
+                guard = (u, branch)
+                continue
+            if u.opcode not in _ELEMENTWISE or tuple(u.shape.dims) != dims:
+                return False
+            if u.name not in seen:
+                seen.add(u.name)
+                todo.append(u)
+    if guard is None:
+        return False
+    sel, branch = guard
+    pred = entry.get(sel.operands[0])
+    if pred is None or pred.opcode != "compare" or len(pred.operands) != 2 or "type" in pred.attrs:
+        return False
+    direction = pred.parsed.get("direction", pred.attrs.get("direction"))
+    r, kb = entry.get(pred.operands[0]), entry.get(pred.operands[1])
+    if r is None or kb is None or r.shape.dtype not in INT_BITS or tuple(r.shape.dims) != dims or direction not in _KEPT_WHEN_FALSE:
+        return False
+    k = _scalar_literal(entry, kb)
+    if k is None:
+        return False
+    if branch == 1:  # kept where the compare is true: the negated compare is false there
+        direction = {"LT": "GE", "LE": "GT", "GT": "LE", "GE": "LT"}[direction]
+    lo, hi = _KEPT_WHEN_FALSE[direction](k)
+    src = entry.get(conv.operands[0])
+    if src is None or not _elementwise_in(entry, src, r, dims):
+        return False
+    rlo, rhi = ranges.of(r)
+    restricted = Ranges(ranges.module, {**ranges.seeds, r.name: (max(rlo, lo), min(rhi, hi))})
+    return fits_int(restricted, src, conv.shape.dtype)
+
+
+def _scalar_literal(entry: object, ins: Instruction) -> int | None:
+    """The int value of a scalar int constant or a broadcast of one."""
+    if ins.opcode == "broadcast" and len(ins.operands) == 1:
+        ins = entry.get(ins.operands[0])  # type: ignore[attr-defined]
+        if ins is None:
+            return None
+    if ins.opcode != "constant" or ins.shape.dims or ins.shape.dtype not in INT_BITS:
+        return None
+    v = scalar_value(ins.shape.dtype, ins.literal)
+    return int(v) if isinstance(v, (int, float)) and float(v).is_integer() else None
+
+
+def _elementwise_in(entry: object, src: Instruction, r: Instruction, dims: tuple[int, ...]) -> bool:
+    """Every instruction between r and src (src's operands, transitively, that depend on r) is
+    elementwise with dims ``dims``: src's element e depends on r's element e alone."""
+    memo: dict[str, bool] = {}  # name -> depends on r
+
+    def dep(ins: Instruction, depth: int) -> bool | None:  # None: through a non-elementwise op
+        if ins.name == r.name:
+            return True
+        if ins.name in memo:
+            return memo[ins.name]
+        if depth > MAX_DEPTH:
+            return None  # too deep to tell: not proven
+        ops = [entry.get(o) for o in ins.operands]  # type: ignore[attr-defined]
+        got = [dep(o, depth + 1) if o is not None else False for o in ops]
+        if any(x is None for x in got):
+            return None
+        d = any(got)
+        if d and (ins.opcode not in _ELEMENTWISE or tuple(ins.shape.dims) != dims):
+            return None
+        memo[ins.name] = d
+        return d
+
+    return dep(src, 0) is True
