@@ -55,6 +55,7 @@ from . import (
     expertlist,
     fillbcast,
     fsdpslice,
+    gatherbatch,
     gathercat,
     labelmove,
     layout,
@@ -149,6 +150,7 @@ FAMILIES: list[Family] = [
     Family("packedar", "packedar.egg", packedar.TABLES, graph_rows=packedar.graph_rows),
     Family("dotblock", "dotblock.egg", dotblock.TABLES, dotblock.OPCODES, dotblock.instruction_rows),
     Family("argranks", "argranks.egg", argranks.TABLES, argranks.OPCODES, argranks.instruction_rows),
+    Family("gatherbatch", "gatherbatch.egg", gatherbatch.TABLES, gatherbatch.OPCODES, gatherbatch.instruction_rows),
 ]
 
 
