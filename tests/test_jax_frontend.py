@@ -181,7 +181,7 @@ def test_examples_jax_table_as_declared(tmp_path: Path) -> None:
     from shardproof.engine.witness.pair import WitnessOptions, witness
 
     for r, m in zip(rows, declared, strict=True):
-        assert r["status"] == m["expect"], r
+        assert r["status"] == m.get("expect", "verified"), r  # the runner's default
         d = out / r["name"]
         if r["status"] == "verified":
             # Deep float stacks (the scan) differ by rounding in f32 (psum reorders sums): the
