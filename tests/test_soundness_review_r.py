@@ -90,3 +90,18 @@ def test_fsdp_layer_slice_of_per_group_weight(per_group: bool) -> None:
     else:
         assert _verdict(_SCAN_BASE, _SCAN_DIST, rel) == "verified"
         assert oracle.run_pair(_SCAN_BASE, _SCAN_DIST, rel, seed=0).equal
+
+
+def test_array_all_to_all_without_replica_groups_is_bad_input() -> None:
+    """Robustness (the mutation campaign on this stop's a2astack pairs): an array all-to-all
+    with replica_groups={} was verified (read as one group of every device) although XLA
+    refuses the text. Now bad input at its line, as XLA says; the written groups verify."""
+    from shardproof.engine.errors import HloParseError
+
+    d = Path(__file__).parent / "adversarial" / "pairs" / "c_a2a_chunk_cat_third_dim"
+    base, dist, rel = (d / "baseline.hlo").read_text(), (d / "distributed.hlo").read_text(), yaml.safe_load((d / "relations.yaml").read_text())
+    assert _verdict(base, dist, rel) == "verified"
+    written = "all-to-all(f32[4,2,2,4]{3,2,1,0} %add.13), replica_groups={{0,1,2,3}}"
+    assert written in dist
+    with pytest.raises(HloParseError, match=r"distributed\.hlo:\d+:\d+: .*array all-to-all \(dimensions=\.\.\.\) needs explicit replica_groups"):
+        _verdict(base, dist.replace(written, written.replace("{{0,1,2,3}}", "{}")), rel)

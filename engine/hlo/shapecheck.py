@@ -47,6 +47,10 @@ def _problem(ins: Instruction, ops: list[tuple[int, ...] | None]) -> str | None:
     if ins.parsed.get("use_global_device_ids") in (True, "true") and not ins.parsed.get("replica_groups"):
         # XLA refuses this: global device ids name the devices only through explicit groups.
         return "use_global_device_ids=true needs explicit replica_groups"
+    if ins.opcode == "all-to-all" and ins.parsed.get("dimensions") and not ins.parsed.get("replica_groups"):
+        # XLA refuses it too ("Array all-to-all should have ... non-empty replica groups"); the
+        # verifier read {} as one group of every device and verified such a text.
+        return "an array all-to-all (dimensions=...) needs explicit replica_groups"
     if ins.shape.is_tuple or any(o is None for o in ops):
         return None
     out = tuple(ins.shape.dims)
