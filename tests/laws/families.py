@@ -2037,3 +2037,49 @@ def argranks(rng: random.Random) -> Program:
 
 
 FAMILIES["argranks"] = argranks
+
+
+# ---- gathers from a duplicate table by sharded indices (rules/gatherbatch.egg) -------------------
+
+
+def gatherbatch(rng: random.Random) -> Program:
+    """An embedding lookup of sharded positions: a gather of rows of a table every rank holds
+    whole, by int indices [N, M] sharded along dim di (0 or 1), the result [N, M, H] sharded
+    along the same batch dim. Drawn: the table's and the indices' types (narrow and unsigned),
+    index values past the table's rows (the clamp acts), groups; defects: the ranks' indices
+    shifted by one, the table reversed, the table cut by one row (its clamp differs)."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    te = rng.choice(["f32", "bf16", "s8", "u16", "s32"])
+    ti = rng.choice(["s32", "u32", "s64", "u8", "s16"])
+    v, h = rng.choice([3, 8, 12]), rng.choice([1, 2, 3])
+    di = rng.choice([0, 1])
+    n, m = (c * rng.choice([1, 2]), rng.choice([1, 3])) if di == 0 else (rng.choice([1, 2]), c * rng.choice([1, 3]))
+    nl, ml = (n // c, m) if di == 0 else (n, m // c)
+    defect = rng.choice(["none"] * 5 + ["shift", "reverse", "cut"])
+    hi = v + rng.choice([0, 0, 2])
+    form = "offset_dims={2}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=2"
+
+    def prog(name: str, a: int, b: int, body: str, tab: str, vv: int) -> str:
+        return (f"HloModule {name}\n\nENTRY %main (e: {te}[{v},{h}], i: {ti}[{a},{b}]) -> {te}[{a},{b},{h}] {{\n  %e = {te}[{v},{h}] parameter(0)\n"
+                f"  %i = {ti}[{a},{b}] parameter(1)\n" + body
+                + f"  ROOT %g = {te}[{a},{b},{h}] gather({te}[{vv},{h}] {tab}, {ti}[{a},{b}] %ix), {form}, slice_sizes={{1,{h}}}\n}}\n")
+
+    base = prog("gatherbatch_base", n, m, "  %ix = " + f"{ti}[{n},{m}] copy({ti}[{n},{m}] %i)\n", "%e", v)
+    body, tab, vv = f"  %ix = {ti}[{nl},{ml}] copy({ti}[{nl},{ml}] %i)\n", "%e", v
+    if defect == "shift":
+        body = f"  %one = {ti}[] constant(1)\n  %ones = {ti}[{nl},{ml}] broadcast({ti}[] %one), dimensions={{}}\n  %ix = {ti}[{nl},{ml}] add({ti}[{nl},{ml}] %i, {ti}[{nl},{ml}] %ones)\n"
+    elif defect == "reverse":
+        body += f"  %er = {te}[{v},{h}] reverse({te}[{v},{h}] %e), dimensions={{0}}\n"
+        tab = "%er"
+    elif defect == "cut":
+        body += f"  %ec = {te}[{v - 1},{h}] slice({te}[{v},{h}] %e), slice={{[0:{v - 1}], [0:{h}]}}\n"
+        tab, vv = "%ec", v - 1
+    dist = prog("gatherbatch_dist", nl, ml, body, tab, vv)
+    rel = {"groups": groups, "inputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"},
+                                        {"baseline": 1, "distributed": 1, "relation": "sharded", "dim": di, "int_range": [0, hi]}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": di}]}
+    return Program("gatherbatch", f"table {te}[{v},{h}] ids {ti}[{n},{m}] in [0, {hi}) sharded dim {di}, defect {defect} (groups {groups})", base, dist, rel)
+
+
+FAMILIES["gatherbatch"] = gatherbatch
