@@ -35,6 +35,7 @@ VERIFIED = [
     "c_flat_bucket_allreduce",  # packedar: a flattened bucket
     "c_hlo_tuple_a2a_row_col_blocks",  # dotblock + a2astack: a tuple all-to-all of separate dots
     "c_vocab_argmax_offset_table",  # argranks: gathered (extreme, r*w + index) pairs, the id at the argmax
+    "c_t5_relative_buckets_sp",  # guarded float->int convert (ranges) + gatherbatch
 ]
 # bug twin -> the functions of torch_pairs.py one of which must hold the divergence's line (None:
 # a pair traced before torch_pairs.py grew, whose recorded lines are those of that version)
@@ -48,6 +49,7 @@ BUGS: dict[str, set[str] | None] = {
     "b_layernorm_fused_stats_swapped": {"_layer_norm_fused_stats"},
     "b_flat_bucket_allreduce_offset": {"_bucket"},
     "b_vocab_argmax_offset_table_stride": {"_vocab_argmax"},
+    "b_t5_relative_buckets_sp_offset": {"_t5_sp"},
 }
 
 
