@@ -36,6 +36,7 @@ VERIFIED = [
     "c_hlo_tuple_a2a_row_col_blocks",  # dotblock + a2astack: a tuple all-to-all of separate dots
     "c_vocab_argmax_offset_table",  # argranks: gathered (extreme, r*w + index) pairs, the id at the argmax
     "c_t5_relative_buckets_sp",  # guarded float->int convert (ranges) + gatherbatch
+    "c_deepspeed_ulysses_5d",  # labelmove from the blocks form, to baseline moves of the source
 ]
 # bug twin -> the functions of torch_pairs.py one of which must hold the divergence's line (None:
 # a pair traced before torch_pairs.py grew, whose recorded lines are those of that version)
@@ -50,6 +51,7 @@ BUGS: dict[str, set[str] | None] = {
     "b_flat_bucket_allreduce_offset": {"_bucket"},
     "b_vocab_argmax_offset_table_stride": {"_vocab_argmax"},
     "b_t5_relative_buckets_sp_offset": {"_t5_sp"},
+    "b_deepspeed_ulysses_5d_post_permute": {"_ulysses", "heads_to_seq"},
 }
 
 

@@ -15,7 +15,11 @@ Tables (node ids; each row checked on every device, element by element):
 - ``lmss(x, e, o, e2)``  X block r along e of T  =>  O block r along e2 of T;
 - ``lmsd(x, e, o)``      X block r along e of T  =>  O is T;
 - ``lmds(x, o, e2)``     X is T                   =>  O block r along e2 of T;
-- ``lmdd(x, o)``         X is T                   =>  O is T (through a collective).
+- ``lmdd(x, o)``         X is T                   =>  O is T (through a collective);
+- ``lmsst(x, e, s, o, e2, b0, bd)``  X the r-th piece of each block of T along e (s = "" one
+  contiguous split, or core.egg's blocks form "b,b,.."), T = baseline node b0 (its shape)
+  =>  O block r along e2 of baseline node bd, which a chain of baseline moves makes of b0
+  (the same labels moved by the baseline's own ops).
 
 Side conditions: every collective on the chain has exactly the sharding groups (as sets; the
 members' order is followed), so no value crosses into a group holding other data; every op on
@@ -32,7 +36,7 @@ if TYPE_CHECKING:
     from ...ir import Instruction
     from ..graph import Graphs
 
-TABLES = ("lmss", "lmsd", "lmds", "lmdd")
+TABLES = ("lmss", "lmsd", "lmds", "lmdd", "lmsst")
 MAX_ELEMENTS = 1 << 16
 MOVES = frozenset({"reshape", "transpose", "copy", "slice", "concatenate", "broadcast", "bitcast"})
 COLLECTIVES = frozenset({"all-to-all", "all-gather", "collective-permute"})
@@ -85,9 +89,41 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
     groups = [list(x) for x in g.spec.groups]
     devices = [d for grp in groups for d in grp]
     rank_of = {d: i for grp in groups for i, d in enumerate(grp)}
+    base_users: dict[int, list[int]] = {}
+    base_by_shape: dict[tuple[int, ...], list[int]] = {}
+    for n in g.nodes:
+        if n.side != "baseline" or n.ins.shape.is_tuple:
+            continue
+        base_by_shape.setdefault(tuple(n.ins.shape.dims), []).append(n.gid)
+        if n.ins.opcode in MOVES and len(n.operands) == 1:
+            base_users.setdefault(n.operands[0], []).append(n.gid)
+    base_labels: dict[tuple[int, ...], list[tuple[int, int, Any]]] = {}
+
+    def moved_in_baseline(shape: tuple[int, ...], t: Any) -> list[tuple[int, int, Any]]:
+        """(b0, bd, labels): every baseline node b0 of T's shape and each node bd a chain of
+        baseline moves takes it to (b0 itself included), with T's labels moved alike."""
+        if shape not in base_labels:
+            out: list[tuple[int, int, Any]] = []
+            for b0 in base_by_shape.get(shape, [])[:64]:
+                vals = {b0: t}
+                for u in sorted(_descendants(base_users, set(base_users_all), b0)):
+                    n = g.nodes[u]
+                    if n.operands and n.operands[0] in vals:
+                        v = _move(np, n.ins, [vals[n.operands[0]]])
+                        if v is not None:
+                            vals[u] = v
+                out.extend((b0, bd, v) for bd, v in vals.items())
+            base_labels[shape] = out
+        return base_labels[shape]
+
+    base_users_all = {u for us in base_users.values() for u in us}
     for x in dict.fromkeys(sources):
         shape = tuple(g.nodes[x].ins.shape.dims)
-        for e in [-1, *range(len(shape))]:  # -1: X is T on every rank (duplicate)
+        # -1: X is T on every rank (duplicate); (e, k): X is the r-th piece of each of k equal
+        # blocks of T along e (k = 1: one contiguous split; k > 1: core.egg's blocks form
+        # "b,b,..", e.g. a flattened (batch, sequence) dim whose sequence is split).
+        starts = [(-1, 1)] + [(d, k) for d in range(len(shape)) for k in range(1, min(shape[d], 16) + 1) if shape[d] % k == 0]
+        for e, k in starts:
             big = list(shape)
             if e >= 0:
                 big[e] *= c
@@ -97,10 +133,14 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
             if e < 0:
                 start = {d: t for d in devices}
             else:
-                w = shape[e]
-                start = {d: np.take(t, range(rank_of[d] * w, rank_of[d] * w + w), axis=e) for d in devices}
+                w = shape[e] // k  # the rank's piece of each block; blocks of c*w
+                start = {d: np.take(t, [b * c * w + rank_of[d] * w + i for b in range(k) for i in range(w)], axis=e) for d in devices}
             for o, vals in _run(np, g, users, movable, canon, x, start, groups).items():
-                _relate(np, rows, x, e, o, vals, t, devices, groups)
+                if k == 1 and _relate(np, rows, x, e, o, vals, t, devices, groups):
+                    continue
+                if e >= 0:
+                    blocks = "" if k == 1 else ",".join([str(c * w)] * k)
+                    _relate_moved(np, rows, x, e, blocks, o, vals, moved_in_baseline(tuple(big), t), devices, groups)
 
 
 def _run(np: Any, g: Graphs, users: dict[int, list[int]], movable: set[int], canon: dict[int, int], x: int, start: dict[int, Any], groups: list[list[int]]) -> dict[int, dict[int, Any]]:
@@ -157,23 +197,39 @@ def _descendants(users: dict[int, list[int]], movable: set[int], x: int) -> set[
     return seen
 
 
-def _relate(np: Any, rows: Rows, x: int, e: int, o: int, vals: dict[int, Any], t: Any, devices: list[int], groups: list[list[int]]) -> None:
+def _relate(np: Any, rows: Rows, x: int, e: int, o: int, vals: dict[int, Any], t: Any, devices: list[int], groups: list[list[int]]) -> bool:
+    """Rows for O against T itself; whether one was written."""
     if all(vals[d].shape == t.shape and np.array_equal(vals[d], t) for d in devices):
         if e < 0:
             rows["lmdd"].append((x, o))
         else:
             rows["lmsd"].append((x, e, o))
-        return
+        return True
+    found = False
     for e2 in range(vals[devices[0]].ndim):
         try:
             wholes = [np.concatenate([vals[d] for d in grp], axis=e2) for grp in groups]
         except ValueError:
             continue
         if all(w.shape == t.shape and np.array_equal(w, t) for w in wholes):
+            found = True
             if e < 0:
                 rows["lmds"].append((x, o, e2))
             else:
                 rows["lmss"].append((x, e, o, e2))
+    return found
+
+
+def _relate_moved(np: Any, rows: Rows, x: int, e: int, blocks: str, o: int, vals: dict[int, Any], moved: list[tuple[int, int, Any]], devices: list[int], groups: list[list[int]]) -> None:
+    """lmsst: O is block r along e2 of a baseline move bd of b0 (b0 of T's shape), by labels."""
+    for e2 in range(vals[devices[0]].ndim):
+        try:
+            wholes = [np.concatenate([vals[d] for d in grp], axis=e2) for grp in groups]
+        except ValueError:
+            continue
+        for b0, bd, lab in moved:
+            if all(w.shape == lab.shape and np.array_equal(w, lab) for w in wholes):
+                rows["lmsst"].append((x, e, blocks, o, e2, b0, bd))
 
 
 def _move(np: Any, ins: Instruction, xs: list[Any]) -> Any:
