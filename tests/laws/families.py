@@ -2083,3 +2083,48 @@ def gatherbatch(rng: random.Random) -> Program:
 
 
 FAMILIES["gatherbatch"] = gatherbatch
+
+
+# ---- labelmove from the blocks form to baseline moves (rules/labelmove.egg lmsst) ---------------
+
+
+def labelmove_moved(rng: random.Random) -> Program:
+    """DeepSpeed Ulysses' 5-D spelling: x [B, S, H*D] sharded along the sequence, flattened to
+    [B*S, H*D] before a pointwise op (so the rank's rows are a blocks-form piece of the
+    baseline's), split into [B, S/c, c, H/c, D], the group axis moved first, exchanged
+    (all-to-all along 0), moved back and merged to [B, S, H/c, D], then transposed to
+    [B, H/c, S, D]: block r along the heads of the baseline's own reshape + transpose of its
+    flattened tensor. Drawn: the element type, B, the groups; defects: the post-exchange permute
+    interleaving the sequence, the all-to-all over other groups, the final transpose left out."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    t = rng.choice(["f32", "bf16", "s8", "s32"])
+    bb, s, h, d = rng.choice([1, 2]), 2 * c, 2 * c, rng.choice([1, 2])
+    sl, hl = s // c, h // c
+    defect = rng.choice(["none"] * 5 + ["interleave", "groups", "notranspose"])
+    a2a_groups = _other_groups(rng, groups) if defect == "groups" else groups
+    back = (1, 2, 0, 3, 4) if defect == "interleave" else (1, 0, 2, 3, 4)
+
+    def ty(dims: list[int]) -> str:
+        return f"{t}[{','.join(map(str, dims))}]"
+
+    base = (f"HloModule lmm_base\n\nENTRY %main (x: {ty([bb, s, h * d])}) -> {ty([bb, h, s, d])} {{\n  %x = {ty([bb, s, h * d])} parameter(0)\n"
+            f"  %f = {ty([bb * s, h * d])} reshape({ty([bb, s, h * d])} %x)\n  %n = {ty([bb * s, h * d])} negate({ty([bb * s, h * d])} %f)\n"
+            f"  %r = {ty([bb, s, h, d])} reshape({ty([bb * s, h * d])} %n)\n"
+            f"  ROOT %o = {ty([bb, h, s, d])} transpose({ty([bb, s, h, d])} %r), dimensions={{0,2,1,3}}\n}}\n")
+    a, b = [bb, sl, c, hl, d], [c, bb, sl, hl, d]
+    e = [b[i] for i in back]
+    last = (f"  ROOT %o = {ty([bb, hl, s, d])} transpose({ty([bb, s, hl, d])} %m), dimensions={{0,2,1,3}}\n" if defect != "notranspose"
+            else f"  ROOT %o = {ty([bb, hl, s, d])} reshape({ty([bb, s, hl, d])} %m)\n")
+    dist = (f"HloModule lmm_dist\n\nENTRY %main (x: {ty([bb, sl, h * d])}) -> {ty([bb, hl, s, d])} {{\n  %x = {ty([bb, sl, h * d])} parameter(0)\n"
+            f"  %f = {ty([bb * sl, h * d])} reshape({ty([bb, sl, h * d])} %x)\n  %n = {ty([bb * sl, h * d])} negate({ty([bb * sl, h * d])} %f)\n"
+            f"  %a = {ty(a)} reshape({ty([bb * sl, h * d])} %n)\n  %b = {ty(b)} transpose({ty(a)} %a), dimensions={{2,0,1,3,4}}\n"
+            f"  %x2 = {ty(b)} all-to-all({ty(b)} %b), channel_id=1, replica_groups={_groups_text(a2a_groups)}, dimensions={{0}}\n"
+            f"  %e = {ty(e)} transpose({ty(b)} %x2), dimensions={{{','.join(map(str, back))}}}\n"
+            f"  %m = {ty([bb, s, hl, d])} reshape({ty(e)} %e)\n" + last + "}\n")
+    rel = {"groups": groups, "inputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 1}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 1}]}
+    return Program("labelmove_moved", f"{t} B={bb} S={s} H={h} D={d}, defect {defect}, all-to-all over {a2a_groups} (groups {groups})", base, dist, rel)
+
+
+FAMILIES["labelmove_moved"] = labelmove_moved
