@@ -16,6 +16,9 @@ For every baseline signature and every block count n that a distributed literal 
                            contribution to the whole reduce (kp keeps the result shape)
 ``mbcontract(k, dl, dr, n, kp)`` dot contracting lhs dim dl with rhs dim dr (one contracting
                            pair): block e of both operands gives block e's contribution
+``mbrs(k, d, o, n, f, o2, kp)`` reshape: block e of n along input dim d read as [o, S/o]
+                           (o = 1: a plain block) is block e along output dim f read as
+                           [o2, S'/o2] (rules/microbatch.egg, strided blocks)
 ``mbmove(k)``              broadcast or reshape (both sides): moves elements, so a division by
                            a constant passes through it (qdiv-move)
 """
@@ -31,7 +34,7 @@ if TYPE_CHECKING:
     from ..graph import Graphs
     from ..signature import Sig
 
-TABLES: tuple[str, ...] = ("mbu", "mbb", "mbbc", "mbdot", "mbperm", "mbkeep", "mbred", "mbcontract", "mbmove", "mbu2", "mbb2", "mbbc2", "mbdsh", "mbdrow")
+TABLES: tuple[str, ...] = ("mbu", "mbb", "mbbc", "mbdot", "mbperm", "mbkeep", "mbred", "mbcontract", "mbmove", "mbrs", "mbu2", "mbb2", "mbbc2", "mbdsh", "mbdrow")
 
 Rows = dict[str, list[tuple[object, ...]]]
 
@@ -98,6 +101,8 @@ def _rows(rows: Rows, sig: Sig, parsed: dict[str, object], n: int) -> None:
             s = scale(out, d, n)
             if s:
                 rows["mbb"].append((k, d, n, sig.with_dims([s, s], s).key()))
+    elif op == "reshape" and len(ins) == 1:
+        _reshape_rows(rows, sig, ins[0], out, n)
     elif op == "broadcast" and len(ins) == 1:
         mapped = _ints(parsed, "dimensions")
         for d in range(len(out)):
@@ -141,6 +146,39 @@ def _rows(rows: Rows, sig: Sig, parsed: dict[str, object], n: int) -> None:
             sl, sr = scale(lhs, dl, n), scale(rhs, dr, n)
             if sl and sr:
                 rows["mbcontract"].append((k, dl, dr, n, sig.with_dims([sl, sr], out).key()))
+
+
+def _trailing(dims: tuple[int, ...], d: int) -> int:
+    p = 1
+    for x in dims[d + 1 :]:
+        p *= x
+    return p
+
+
+def _reshape_rows(rows: Rows, sig: Sig, src: tuple[int, ...], out: tuple[int, ...], n: int) -> None:
+    """mbrs rows of one reshape. Block e of n along dim d read as [o, i] (i = src[d] / o) is, in
+    row-major flat order, the elements whose flat index f has f mod L in block e of n of
+    [0, L), L = i times the element count after d, in increasing order (the block's own
+    row-major order). A reshape keeps flat order, so on the output the same set is block e
+    along every dim f whose trailing count P' gives i' = L / P' dividing out[f] with n | i'."""
+    for d, size in enumerate(src):
+        si = scale(src, d, n)
+        if not si:
+            continue
+        for o in range(1, size + 1):
+            if size % o or (size // o) % n:
+                continue
+            big = (size // o) * _trailing(src, d)
+            for f, osize in enumerate(out):
+                p = _trailing(out, f)
+                if big % p:
+                    continue
+                i2 = big // p
+                if osize % i2 or i2 % n:
+                    continue
+                so = scale(out, f, n)
+                if so:
+                    rows["mbrs"].append((sig.key(), d, o, n, f, osize // i2, sig.with_dims([si], so).key()))
 
 
 def _scale2(dims: tuple[int, ...], d: int, n: int, f: int, c: int) -> tuple[int, ...] | None:
