@@ -105,3 +105,48 @@ def test_array_all_to_all_without_replica_groups_is_bad_input() -> None:
     assert written in dist
     with pytest.raises(HloParseError, match=r"distributed\.hlo:\d+:\d+: .*array all-to-all \(dimensions=\.\.\.\) needs explicit replica_groups"):
         _verdict(base, dist.replace(written, written.replace("{{0,1,2,3}}", "{}")), rel)
+
+
+# ---- a declared range beyond the type, on a gathered input ---------------------------------
+# The int_range check (tests/test_law_properties_regressions.py, test_int_range_beyond_the_
+# input_type_is_bad_input) was skipped for gathered inputs, whose range is seeded on the
+# all-gather restoring them: u32 ids 'in [-5, 5)' decided `ids < 10` true and the guard was
+# dropped: verified, although ids so drawn are 4294967291.. and 0..4.
+_IDS_BASE = """HloModule ids_gathered
+
+ENTRY %main (ids: u32[8], a: f32[8]) -> f32[8] {
+  %ids = u32[8]{0} parameter(0)
+  %a = f32[8]{0} parameter(1)
+  ROOT %out = f32[8]{0} copy(f32[8]{0} %a)
+}
+"""
+_IDS_DIST = """HloModule ids_gathered_rank
+
+ENTRY %main (ids: u32[4], a: f32[8]) -> f32[8] {
+  %ids = u32[4]{0} parameter(0)
+  %g = u32[8]{0} all-gather(u32[4]{0} %ids), channel_id=1, replica_groups={{0,1},{2,3}}, dimensions={0}, use_global_device_ids=true
+  %a = f32[8]{0} parameter(1)
+  %ten = u32[] constant(10)
+  %tens = u32[8]{0} broadcast(u32[] %ten), dimensions={}
+  %ok = pred[8]{0} compare(u32[8]{0} %g, u32[8]{0} %tens), direction=LT
+  %z = f32[] constant(0)
+  %zs = f32[8]{0} broadcast(f32[] %z), dimensions={}
+  ROOT %out = f32[8]{0} select(pred[8]{0} %ok, f32[8]{0} %a, f32[8]{0} %zs)
+}
+"""
+
+
+def _ids_relations(lo: int, hi: int) -> dict[str, Any]:
+    return {"groups": [[0, 2], [1, 3]],
+            "inputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate", "int_range": [lo, hi], "gathered": {"dim": 0, "groups": [[0, 1], [2, 3]]}},
+                       {"baseline": 1, "distributed": 1, "relation": "duplicate"}],
+            "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+
+
+def test_int_range_beyond_the_type_of_a_gathered_input_is_bad_input() -> None:
+    with pytest.raises(InputError, match=r"inputs\[0\]\.int_range.*does not fit ids's type u32"):
+        _verdict(_IDS_BASE, _IDS_DIST, _ids_relations(-5, 5))
+    oracle = pytest.importorskip("oracle")
+    assert not oracle.run_pair(_IDS_BASE, _IDS_DIST, _ids_relations(-5, 5), seed=0).equal
+    assert _verdict(_IDS_BASE, _IDS_DIST, _ids_relations(0, 5)) == "verified"
+    assert oracle.run_pair(_IDS_BASE, _IDS_DIST, _ids_relations(0, 5), seed=0).equal

@@ -71,6 +71,9 @@ def check_inputs(spec: RelationSpec, base: Module, dist: Module) -> tuple[list[t
             if b.gathered is not None:
                 # The relation holds for the parameter's all-gathers that restore the rank's
                 # value; the parameter itself, and any other use of it, relates to nothing.
+                # Their int_range is seeded on those all-gathers: it must fit the type too
+                # (tests/test_soundness_review_r.py: u32 ids 'in [-5, 5)' were verified).
+                _check_int_range(spec.path, b, [bp, dp])
                 bound.extend((b, bp, ag) for ag in _restoring_gathers(dist, dp, b))
                 continue
         _check_int_range(spec.path, b, [x for x in (bp, dp) if x is not None])
