@@ -2128,3 +2128,79 @@ def labelmove_moved(rng: random.Random) -> Program:
 
 
 FAMILIES["labelmove_moved"] = labelmove_moved
+
+
+# ---- ring blocks meeting a fill, unit-dim reshapes of a ring max (rules/ringfill.egg) -----------
+
+
+def ringfill(rng: random.Random) -> Program:
+    """Ring attention's scores and running max: q stays, k travels round the ring; each step's
+    score block q . k^T is scaled by a scalar fill (multiply/divide/add, either order) or masked
+    by select(compare(s, fill), s, fill) (either branch), reduced by max along the key dim,
+    reshaped to [rows, 1] (JAX's keepdims), combined by maximum, and reshaped back. Drawn: the
+    element type (f32, bf16, s32 with wrap), the op, the pairs (shift within every group or
+    not), the number of steps, the groups; defects: the last step's fill another value, the running max
+    kept as [1, rows] and its rows reversed at the end."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    t = rng.choice(["f32", "bf16", "s32"])
+    s, d = 2 * c, 2
+    sl = s // c
+    form = rng.choice(["multiply", "divide", "add", "select"]) if t != "s32" else rng.choice(["multiply", "add", "select"])
+    fill_first = rng.random() < 0.3 and form != "divide"
+    # (a select's fill below the typical score: the kept scores decide the max, not the fill)
+    v = ("3" if t == "s32" else "2.5") if form != "select" else ("-3" if t == "s32" else "-0.5")
+    defect = rng.choice(["none"] * 5 + ["fill", "order"])
+    vd = ("5" if t == "s32" else "0.75") if defect == "fill" else v
+    steps = c if rng.random() < 0.7 else max(1, c - 1)
+    pairs, what = _pairs(rng, groups)
+    lo = _identity("maximum", t)
+
+    def scored(pre: str, x: str, n: int, val: str) -> str:
+        sh = f"{t}[{n},{n}]"
+        text = f"  %{pre}c = {t}[] constant({val})\n  %{pre}b = {sh} broadcast({t}[] %{pre}c), dimensions={{}}\n"
+        if form == "select":
+            text += f"  %{pre}m = pred[{n},{n}] compare({sh} {x}, {sh} %{pre}b), direction=GT\n"
+            ops = (f"%{pre}b", x) if fill_first else (x, f"%{pre}b")
+            return text + f"  %{pre}f = {sh} select(pred[{n},{n}] %{pre}m, {sh} {ops[0]}, {sh} {ops[1]})\n"
+        ops = (f"%{pre}b", x) if fill_first else (x, f"%{pre}b")
+        return text + f"  %{pre}f = {sh} {form}({sh} {ops[0]}, {sh} {ops[1]})\n"
+
+    base = ("HloModule rf_base\n\n" + _reducer("mx", "maximum", t) + f"\nENTRY %main (q: {t}[{s},{d}], k: {t}[{s},{d}]) -> {t}[{s}] {{\n"
+            f"  %q = {t}[{s},{d}] parameter(0)\n  %k = {t}[{s},{d}] parameter(1)\n"
+            f"  %s = {t}[{s},{s}] dot({t}[{s},{d}] %q, {t}[{s},{d}] %k), lhs_contracting_dims={{1}}, rhs_contracting_dims={{1}}\n"
+            + scored("", "%s", s, v) + f"  %lo = {t}[] constant({lo})\n"
+            f"  ROOT %out = {t}[{s}] reduce({t}[{s},{s}] %f, {t}[] %lo), dimensions={{1}}, to_apply=%mx\n}}\n")
+    body = [f"  %lo = {t}[] constant({lo})\n"]
+    kv, acc = "%k", ""
+    for j in range(steps):
+        if j:
+            body.append(f"  %k{j} = {t}[{sl},{d}] collective-permute({t}[{sl},{d}] {kv}), channel_id={j}, source_target_pairs={_pairs_text(pairs)}\n")
+            kv = f"%k{j}"
+        body.append(f"  %sc{j} = {t}[{sl},{sl}] dot({t}[{sl},{d}] %q, {t}[{sl},{d}] {kv}), lhs_contracting_dims={{1}}, rhs_contracting_dims={{1}}\n")
+        body.append(scored(f"p{j}", f"%sc{j}", sl, vd if j == steps - 1 else v))
+        body.append(f"  %r{j} = {t}[{sl}] reduce({t}[{sl},{sl}] %p{j}f, {t}[] %lo), dimensions={{1}}, to_apply=%mx\n")
+        if defect == "order":
+            body.append(f"  %un{j} = {t}[1,{sl}] reshape({t}[{sl}] %r{j})\n")
+            ush = f"{t}[1,{sl}]"
+        else:
+            body.append(f"  %un{j} = {t}[{sl},1] reshape({t}[{sl}] %r{j})\n")
+            ush = f"{t}[{sl},1]"
+        if acc:
+            body.append(f"  %mx{j} = {ush} maximum({ush} {acc}, {ush} %un{j})\n")
+            acc = f"%mx{j}"
+        else:
+            acc = f"%un{j}"
+    if defect == "order":
+        body.append(f"  %rs = {t}[{sl}] reshape({ush} {acc})\n  ROOT %o = {t}[{sl}] reverse({t}[{sl}] %rs), dimensions={{0}}\n")
+    else:
+        body.append(f"  ROOT %o = {t}[{sl}] reshape({ush} {acc})\n")
+    dist = ("HloModule rf_dist\n\n" + _reducer("mx", "maximum", t) + f"\nENTRY %main (q: {t}[{sl},{d}], k: {t}[{sl},{d}]) -> {t}[{sl}] {{\n"
+            f"  %q = {t}[{sl},{d}] parameter(0)\n  %k = {t}[{sl},{d}] parameter(1)\n" + "".join(body) + "}\n")
+    rel = {"groups": groups, "inputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 0},
+                                        {"baseline": 1, "distributed": 1, "relation": "sharded", "dim": 0}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 0}]}
+    return Program("ringfill", f"{t} {form}{' fill first' if fill_first else ''}, {steps} steps of {what}, defect {defect} (groups {groups})", base, dist, rel)
+
+
+FAMILIES["ringfill"] = ringfill

@@ -69,6 +69,7 @@ from . import (
     rankpos,
     rankselect,
     ring,
+    ringfill,
     ringrun,
     scaling,
     scancarry,
@@ -151,6 +152,7 @@ FAMILIES: list[Family] = [
     Family("dotblock", "dotblock.egg", dotblock.TABLES, dotblock.OPCODES, dotblock.instruction_rows),
     Family("argranks", "argranks.egg", argranks.TABLES, argranks.OPCODES, argranks.instruction_rows),
     Family("gatherbatch", "gatherbatch.egg", gatherbatch.TABLES, gatherbatch.OPCODES, gatherbatch.instruction_rows),
+    Family("ringfill", "ringfill.egg", ringfill.TABLES, ringfill.OPCODES, ringfill.instruction_rows),  # rot2, rred, osum, moves2x2: ring; fill: layout
 ]
 
 
