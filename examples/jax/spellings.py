@@ -13,7 +13,9 @@ common JAX code write it; a bug variant differs from the correct model only on t
 - ``ulysses_untiled``: Ulysses attention with ``all_to_all(..., tiled=False)`` (the split axis
   becomes a new leading axis, reshaped away by hand);
 - ``moe_argmax_routing``: top-1 MoE routing with a vmapped ``jnp.argmax`` (JAX's NaN-first
-  combine), experts tensor-parallel.
+  combine), experts tensor-parallel;
+- ``ring_attention``: ring attention (context parallelism): queries stay, key/value blocks pass to
+  the next rank, an online softmax (running max, rescaled denominator and numerator) folds each.
 """
 
 from __future__ import annotations
@@ -159,3 +161,41 @@ def moe_argmax_routing(ctx: JaxContext) -> JaxModel:
     dist = shard_map(per_device, mesh=mesh, in_specs=(P(), P(), P(None, None, "tp"), P(None, "tp", None)), out_specs=P(), check_vma=False)
     return JaxModel(moe, dist, mesh, [JaxInput("x", (t, d)), JaxInput("wr", (d, e)), JaxInput("w1", (e, d, f), spec=(None, None, "tp")), JaxInput("w2", (e, f, d), spec=(None, "tp", None))],
                     description=f"top-1 MoE, vmapped argmax routing, {e} experts tensor-parallel over TP {c}")
+
+
+def ring_attention(ctx: JaxContext) -> JaxModel:
+    """Ring attention (context parallelism) in shard_map: queries stay, key/value blocks go to the
+    next rank each step, an online softmax (running max, denominator, numerator) folds each block."""
+    s, h, hd, c = ctx.knob("seq", 16), ctx.knob("heads", 2), ctx.knob("head_dim", 8), ctx.knob("tp", 4)
+    mesh = ctx.mesh({"sp": c})
+    bug = ctx.variant
+
+    def attn(q: Any, k: Any, v: Any) -> Any:
+        p = jax.nn.softmax(jnp.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd), axis=-1)
+        return jnp.einsum("hqk,khd->qhd", p, v)
+
+    def per_device(q: Any, k: Any, v: Any) -> Any:
+        nxt = [(j, (j + 1) % c) for j in range(c)]
+        m = den = acc = None
+        for step in range(c):
+            if step:
+                k, v = jax.lax.ppermute(k, "sp", nxt), jax.lax.ppermute(v, "sp", nxt)
+            scores = jnp.einsum("qhd,khd->hqk", q, k) / (hd if bug == "ring_scale_by_d" else math.sqrt(hd))  # BUG-SITE: ring_scale_by_d
+            bmax = scores.max(axis=-1, keepdims=True)
+            if m is None:
+                m = bmax
+                p = jnp.exp(scores - m)
+                den, acc = p.sum(axis=-1, keepdims=True), jnp.einsum("hqk,khd->hqd", p, v)
+                continue
+            m_new = jnp.maximum(m, bmax)
+            scale = jnp.exp(m - m_new)
+            p = jnp.exp(scores - m_new)
+            den = den * scale + p.sum(axis=-1, keepdims=True)
+            acc = acc * scale + jnp.einsum("hqk,khd->hqd", p, v)
+            m = m_new
+        return (acc / den).transpose(1, 0, 2)
+
+    spec = ("sp", None, None)
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P(*spec),) * 3, out_specs=P(*spec), check_vma=False)
+    return JaxModel(attn, dist, mesh, [JaxInput(n, (s, h, hd), spec=spec) for n in ("q", "k", "v")], outputs=[spec],
+                    description=f"ring attention in shard_map, SP {c}")
