@@ -107,3 +107,31 @@ def test_roll_spelling_stays_unproven_and_equal(tmp_path: Path) -> None:
     for variant in ("wrong_chunk", "one_step_short", "wrong_direction"):
         m = _check(tmp_path, "ring_allreduce_roll", variant)
         assert m["verdict"] == "diverged", m["stdout"][-3000:]
+
+
+def test_jax_ring_attention_unproven_equal_and_its_bug_at_its_line(tmp_path: Path) -> None:
+    # examples/jax/spellings.py:ring_attention through `shardproof run`: the scores' 1/sqrt(d)
+    # and the keepdims running max relate (rules/ringfill.egg), the denominator is proven, the
+    # numerator is not (the baseline divides by the denominator before its dot with v): the
+    # correct form must stay unproven, never verified, with the witness equal; the twin that
+    # scales the scores by 1/d is diverged at its BUG-SITE line with a confirmed witness.
+    pytest.importorskip("jax")
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    out = tmp_path / "report"
+    p = subprocess.run([str(CLI), "run", "--config", str(ROOT / "examples/jax/.shardproof.yml"), "--models",
+                        "jax_ring_attention,jax_ring_attention_scale_by_d", "--out", str(out)], env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    rows = {r["name"]: r for r in json.loads((out / "result.json").read_text())["models"]}
+    ok = rows["jax_ring_attention"]
+    assert ok["status"] == "unproven", ok
+    assert ok["result"]["witness"]["status"] == "equal", ok["result"]["witness"]
+    trace = json.dumps(ok["result"].get("trace"))
+    assert "ringfill/pointwise-with-a-fill" in trace  # the 1/sqrt(d) scale of every score block
+    bug = rows["jax_ring_attention_scale_by_d"]
+    assert bug["status"] == "diverged", bug
+    assert bug["result"]["witness"]["status"] == "confirmed", bug["result"]["witness"]
+    site = next(n for n, text in enumerate((ROOT / "examples/jax/spellings.py").read_text().splitlines(), 1)
+                if text.rstrip().endswith("# BUG-SITE: ring_scale_by_d"))
+    assert bug["result"]["divergences"][0]["source"] == {"file": "examples/jax/spellings.py", "line": site,
+                                                          "function": "ring_attention.<locals>.per_device"}, bug["result"]["divergences"][0]
