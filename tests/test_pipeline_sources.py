@@ -51,6 +51,9 @@ models:
   - name: megatron_train
     entry: megatron_pp.models:training
     size: {{microbatches: 1, batch: 2}}
+  - name: megatron_train_m2
+    entry: megatron_pp.models:training
+    size: {{batch: 4}}
   - name: bug_megatron_stale_target
     entry: megatron_pp.models:training
     size: {{batch: 2}}
@@ -81,7 +84,10 @@ def _line(marker: str, after: str, source: str = "torch_pipelining/models.py") -
     return next(i for i, text in enumerate(lines, 1) if i > start and marker in text)
 
 
-@pytest.mark.parametrize("name", ["manual_gpipe", "train_1f1b", "train_interleaved", "megatron_train", "megatron_gpt_uneven"])
+# megatron_train_m2: 2 microbatches cut along the batch dim of (seq, batch, hidden), which the
+# 3-D linear merges with seq: strided blocks (rules/microbatch.egg mbi), weight gradients
+# contracted over them.
+@pytest.mark.parametrize("name", ["manual_gpipe", "train_1f1b", "train_interleaved", "megatron_train", "megatron_train_m2", "megatron_gpt_uneven"])
 def test_torch_schedules_are_verified(report: tuple[dict[str, Any], Path], name: str) -> None:
     model = _entry(report, name)
     assert model["status"] == "verified", (model["build"].get("error"), model.get("result", {}).get("reason"))
