@@ -37,7 +37,7 @@ def _mask(m: object) -> str:
 
 
 def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
-    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "gpart", "inrange", "argpair", "argix", "extof", "gext", "gix", "athas", "argcand", "bext", "lidx", "gidx", "gvals", "gids", "rot", "lrot", "rterm", "rsum", "scof", "pad", "rot2", "rred", "pexp", "osum", "fsdppiece", "xcol", "xpair", "xgp", "xpp", "xpd", "xlab", "mb", "mbevery", "mbp", "mbacc"])
+    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "gpart", "inrange", "argpair", "argix", "extof", "gext", "gix", "athas", "argcand", "rot", "lrot", "rterm", "rsum", "scof", "pad", "rot2", "rred", "pexp", "osum", "fsdppiece", "xcol", "xpair", "xgp", "xpp", "xpd", "xlab", "mb", "mbevery", "mbp", "mbacc"])
     cls_of_value: dict[object, int] = {}
     classes: dict[int, int] = {}
     members: dict[int, list[int]] = {}
@@ -169,7 +169,12 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
         add_dist_only(xp, f"the rank's candidate for arg{op} along dim {d} (min over ranks)", "argreduce/candidate")
     # The gathered (extreme, id) pairs of rules/argranks.egg: related for localization (only the
     # id taken at the arg-reduce of the gathered extremes relates to the baseline), so a wrong
-    # id table is reported where it is built, not at the extremes' all-gather.
+    # id table is reported where it is built, not at the extremes' all-gather. (Read apart: the
+    # family may be left out, bench/scale.py --without.)
+    try:
+        tables.update(session.rows(["bext", "lidx", "gidx", "gvals", "gids"]))
+    except KeyError:
+        tables.update({name: [] for name in ("bext", "lidx", "gidx", "gvals", "gids")})
     for xp, x, op in tables["bext"]:
         if vocab_parallel(x, 1):
             add_dist_only(xp, f"{op} of the rank's values along dim 1", "argranks/block-extreme")
