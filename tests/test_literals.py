@@ -140,14 +140,32 @@ def test_bounded_float_to_int_convert_verifies() -> None:
     assert result.verdict == "verified", result.reason
 
 
-def test_unbounded_float_to_int_convert_stays_unsupported() -> None:
-    """Without the clamp (HF T5 as written) the log sees 0: -inf reaches the convert, whose
-    result is implementation-defined there, so no proof."""
+def _t5_unclamped() -> tuple[str, str, dict]:
     base, dist, rel = _t5()
     pattern = r"convert\(s64\[8,8\]\{1,0\} %clamp\.\d+\)"
     unclamped = [re.sub(pattern, lambda _m, t=t: "convert(s64[8,8]{1,0} %" + re.search(r"%(abs\.\d+) = s64\[8,8\]", t).group(1) + ")", t) for t in (base, dist)]  # type: ignore[union-attr]
     assert all(u != t for u, t in zip(unclamped, (base, dist), strict=True))
-    result = verify(parse_relations(rel, "r.yaml"), parse_hlo(unclamped[0]), parse_hlo(unclamped[1]))
+    return unclamped[0], unclamped[1], rel
+
+
+def test_unbounded_float_to_int_convert_guarded_by_where_verifies() -> None:
+    """Without the clamp (HF T5 as written) the log sees 0: -inf reaches the convert, whose
+    result is implementation-defined there; but only where rel < max_exact, where
+    `where(is_small, rel, large)` keeps rel: the convert's every use flows into that select's
+    other branch, and on the elements it keeps (rel >= 2) the operand is in range
+    (analysis.ranges.guarded_fits_int). So the model as written is proven."""
+    base, dist, rel = _t5_unclamped()
+    result = verify(parse_relations(rel, "r.yaml"), parse_hlo(base), parse_hlo(dist))
+    assert result.verdict == "verified", result.reason
+
+
+def test_unbounded_float_to_int_convert_with_a_guard_that_keeps_it_stays_unsupported() -> None:
+    """The same with the guard turned around (is_small = rel > max_exact): the convert's -inf at
+    rel = 0 is kept, so no proof."""
+    base, dist, rel = _t5_unclamped()
+    turned = [re.sub(r"(compare\(s64\[8,8\]\{1,0\} %abs\.\d+, s64\[8,8\]\{1,0\} %broadcast\.\d+\)), direction=LT", r"\1, direction=GT", t) for t in (base, dist)]
+    assert all(u != t for u, t in zip(turned, (base, dist), strict=True))
+    result = verify(parse_relations(rel, "r.yaml"), parse_hlo(turned[0]), parse_hlo(turned[1]))
     assert result.verdict == "unsupported"
     assert any("convert f32->s64" in u["reason"] for u in result.unsupported), result.unsupported
 
