@@ -106,3 +106,11 @@ def test_schedule_bugs_are_diverged_with_the_composed_witness(report: tuple[dict
     result = model["result"]
     assert model["status"] == "diverged", result["reason"]
     assert result["witness"]["status"] == "confirmed", result["witness"]
+    if name == "bug_stale_activation":
+        # Inside the repeated block, not at its output: the backward multiply that mixes one
+        # microbatch's activation with the next one's gradient (the unfolded run localizes there).
+        first = result["divergences"][0]
+        lines = (ROOT / "examples" / "pipeline" / "gpipe.py").read_text().splitlines()
+        assert first["source"]["file"] == "examples/pipeline/gpipe.py", first
+        assert lines[first["source"]["line"] - 1].strip() == "return x + torch.tanh(self.fc(x))", first
+        assert first["opcode"] == "multiply", first

@@ -154,6 +154,8 @@ def verify(spec: RelationSpec, baseline: Module, distributed: Module, sourcemap:
         res = _decide(spec, g, facts, bouts, douts, sm, stats.saturated, clock)
         res.bijections = public_bijections(facts.bijections)
     res.context = (g, facts)
+    if fixed and res.verdict == DIVERGED:
+        _folded_frontier(res, fixed["distributed"])
     if res.verdict != VERIFIED:
         _unknown_constants(res, g)
     if res.verdict == INCONCLUSIVE and not stats.saturated:
@@ -165,6 +167,20 @@ def verify(spec: RelationSpec, baseline: Module, distributed: Module, sourcemap:
     timings["trace"] = time.perf_counter() - t - timings["localize"]
     res.timings = timings
     return res
+
+
+def _folded_frontier(res: Result, placeholders: dict[str, int]) -> None:
+    """A folded run whose divergence lies on a folded layer's output is not an answer. Why: in
+    the folded pair that output is a placeholder whose operands are the block's inputs, so the
+    localizer sees it as the first unrelated value although the block's own instructions (hidden
+    from this graph) may go wrong earlier: a stale microbatch read inside a repeated layer was
+    reported at the layer's last add, with no source line, instead of at the multiply that mixes
+    two microbatches. The verdict drops to inconclusive so the caller (check.check_files) runs
+    the pair unfolded, which localizes inside the layer; the folded facts stay proven."""
+    hidden = [d["instruction"] for d in res.divergences if d["instruction"].lstrip("%") in placeholders]
+    if hidden:
+        res.verdict = INCONCLUSIVE
+        res.reason += f"; {hidden[0]} is the output of folded layer {partition.label_text(placeholders[hidden[0].lstrip('%')])}, whose instructions this run does not see"
 
 
 def _unknown_constants(res: Result, g: Graphs) -> None:
@@ -392,6 +408,9 @@ def _prepare(spec: RelationSpec, g: Graphs, seg: Segment, sides: dict[str, parti
 def _prepare_views(g: Graphs, names: dict[str, list[str]], sides: dict[str, partition.Side], bound: list[tuple[Binding, Instruction | None, Instruction]], known: Facts, rank_params: set[str], tokens: frozenset[str]) -> tuple[_Prepared, dict[str, set[str]]]:
     """The segment holding ``names``, and per side the boundary values no carried fact mentions."""
     views = (sides["baseline"].view(names["baseline"]), sides["distributed"].view(names["distributed"]))
+    partners = _input_partners(views, bound)
+    if partners["baseline"] or partners["distributed"]:
+        views = (sides["baseline"].view(names["baseline"] + partners["baseline"]), sides["distributed"].view(names["distributed"] + partners["distributed"]))
     to_global: list[int] = []
     pos: dict[tuple[str, str], int] = {}
     lines: list[str] = []
@@ -440,6 +459,27 @@ def _prepare_views(g: Graphs, names: dict[str, list[str]], sides: dict[str, part
     seeds = sorted(set(seeds))
     text = "\n".join(lines) + "\n--\n" + "\n".join(seeds)
     return _Prepared(views, to_global, text, seeds), orphans
+
+
+def _input_partners(views: tuple[partition.View, partition.View], bound: list[tuple[Binding, Instruction | None, Instruction]]) -> dict[str, list[str]]:
+    """Per side, the bound input parameters a segment lacks although it reads their partner on
+    the other side. Why: the two sides need not read an input in the same segment. A pipeline's
+    distributed program slices its input into microbatches before the first layer (the slices
+    name no layer, so they fall in the prologue), while the baseline's first layer reads the
+    input itself. Without the baseline input beside them, the slices' relation to it (block k of
+    the input) can be proven nowhere: the prologue lacks the baseline input, and the layer after
+    reads the slices across the cut with no fact. A parameter is a leaf: adding it computes
+    nothing, it only lets the input binding's seed and the laws relate what each side reads."""
+    have = (set(views[0].names), set(views[1].names))
+    out: dict[str, list[str]] = {"baseline": [], "distributed": []}
+    for _b, bp, dp in bound:
+        if bp is None:
+            continue
+        if dp.name in have[1] and bp.name not in have[0]:
+            out["baseline"].append(bp.name)
+        elif bp.name in have[0] and dp.name not in have[1]:
+            out["distributed"].append(dp.name)
+    return out
 
 
 class Progress:
