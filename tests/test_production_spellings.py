@@ -56,7 +56,10 @@ BUGS: dict[str, set[str] | None] = {
 
 
 # hand-written HLO twins carry no source lines: the divergence names the instruction
-HLO_BUGS = {"b_hlo_tuple_a2a_rows_swapped": "%y", "b_hlo_tuple_a2a_same_block": "%y"}
+# Where each hand-written twin is found: the swapped rows where the received blocks are joined;
+# every rank sending block 0 at the all-to-all (%a, split per operand by the normalizer), whose
+# operands are shown each as "block 0" (rules/alltoall.egg's rank blocks, related for localization).
+HLO_BUGS = {"b_hlo_tuple_a2a_rows_swapped": "%y", "b_hlo_tuple_a2a_same_block": "%a.in0"}
 
 
 def _check(name: str, witness: str = "auto") -> dict:

@@ -256,6 +256,16 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
         add_dist_only(xp, f"{_bname(x)} reshaped", "expertlist/returned")
     for tp, r, _sa, sb in el["segr"]:
         add_dist_only(tp, f"rank {r}: its share of the sum {_bname(sb)}", "expertlist/summed")
+    # Rank blocks bound for an all-to-all (rules/alltoall.egg's rkblock: on rank r, block r along
+    # u of block e along v of x, established from the operands' own relations): related for
+    # localization only, so a wrong order of the received pieces is found where they are joined,
+    # not at the pieces themselves.
+    try:
+        rk = session.rows(["rkblock"])["rkblock"]
+    except KeyError:  # the family is not registered (bench/scale.py --without alltoall)
+        rk = []
+    for x, p, u, v, e in rk:
+        add_dist_only(p, f"on rank r, block r along dim {u} of block {e} along dim {v} of {_bname(x)}", "alltoall/rank-block")
     # A layer's slice of an FSDP-split input (rules/fsdpslice.egg): a piece of the weight its
     # all-gather restores, related for localization only.
     for (xp,) in tables["fsdppiece"]:
