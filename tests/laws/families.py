@@ -2204,3 +2204,51 @@ def ringfill(rng: random.Random) -> Program:
 
 
 FAMILIES["ringfill"] = ringfill
+
+
+# ---- a row scaling moved out of a dot, operands swapped (rules/dotscale.egg) ------------------
+
+
+def dotscale(rng: random.Random) -> Program:
+    """Baseline dot(L, E / D) (or dot(E / D, L)) with D one value per row of E, transposed;
+    the ranks (sharded along the batch dim) compute dot(E, L) / D and transpose it. Drawn: the
+    element type (float, or s32 where division does not distribute), the operand order, the
+    extents, the groups, and the defects: D repeated along the contracted dim instead of the
+    rows, no division on the ranks, D repeated along the wrong output dim."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    t = rng.choice(["f32", "f32", "f64", "s32"])
+    m, n = rng.choice([1, 2]), rng.choice([2, 3])
+    h, hl = c * m, m
+    side = rng.choice(["rhs", "lhs"])
+    defect = rng.choice(["none"] * 4 + ["contract", "nodiv", "wrongrow"])
+    ls, es, ds = f"{t}[{n},{h},{n}]", f"{t}[{h},{n},{n}]", f"{t}[{h},{n}]"
+    bdims = "{0,2}" if defect == "contract" else "{0,1}"
+    if side == "rhs":
+        dot = (f"  %z = {t}[{h},{n},{n}] dot({ls} %l, {es} %p), lhs_batch_dims={{1}}, lhs_contracting_dims={{0}}, "
+               f"rhs_batch_dims={{0}}, rhs_contracting_dims={{2}}\n  ROOT %o = {t}[{n},{h},{n}] transpose({t}[{h},{n},{n}] %z), dimensions={{2,0,1}}\n")
+    else:
+        dot = (f"  %z = {t}[{h},{n},{n}] dot({es} %p, {ls} %l), lhs_batch_dims={{0}}, lhs_contracting_dims={{2}}, "
+               f"rhs_batch_dims={{1}}, rhs_contracting_dims={{0}}\n  ROOT %o = {t}[{n},{h},{n}] transpose({t}[{h},{n},{n}] %z), dimensions={{1,0,2}}\n")
+    base = (f"HloModule ds_base\n\nENTRY %main (l: {ls}, e: {es}, d: {ds}) -> {t}[{n},{h},{n}] {{\n"
+            f"  %l = {ls} parameter(0)\n  %e = {es} parameter(1)\n  %d = {ds} parameter(2)\n"
+            f"  %b = {es} broadcast({ds} %d), dimensions={bdims}\n  %p = {es} divide({es} %e, {es} %b)\n" + dot + "}\n")
+    ll, el, dl = f"{t}[{n},{hl},{n}]", f"{t}[{hl},{n},{n}]", f"{t}[{hl},{n}]"
+    lines = [f"  %l = {ll} parameter(0)", f"  %e = {el} parameter(1)", f"  %d = {dl} parameter(2)",
+             f"  %w = {el} dot({el} %e, {ll} %l), lhs_batch_dims={{0}}, lhs_contracting_dims={{2}}, rhs_batch_dims={{1}}, rhs_contracting_dims={{0}}"]
+    if defect == "nodiv":
+        y = "%w"
+    else:
+        wb = "{0,2}" if defect == "wrongrow" else "{0,1}"
+        lines += [f"  %b = {el} broadcast({dl} %d), dimensions={wb}", f"  %y = {el} divide({el} %w, {el} %b)"]
+        y = "%y"
+    lines.append(f"  ROOT %o = {t}[{n},{hl},{n}] transpose({el} {y}), dimensions={{1,0,2}}")
+    dist = f"HloModule ds_dist\n\nENTRY %main (l: {ll}, e: {el}, d: {dl}) -> {t}[{n},{hl},{n}] {{\n" + "\n".join(lines) + "\n}\n"
+    rel = {"groups": groups, "inputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 1},
+                                        {"baseline": 1, "distributed": 1, "relation": "sharded", "dim": 0},
+                                        {"baseline": 2, "distributed": 2, "relation": "sharded", "dim": 0}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 1}]}
+    return Program("dotscale", f"{t} {side} L[{n},{h},{n}] E[{h},{n},{n}], defect {defect} (groups {groups})", base, dist, rel)
+
+
+FAMILIES["dotscale"] = dotscale

@@ -52,6 +52,7 @@ from . import (
     core,
     crossentropy,
     dotblock,
+    dotscale,
     expertlist,
     fillbcast,
     fsdpslice,
@@ -153,6 +154,7 @@ FAMILIES: list[Family] = [
     Family("argranks", "argranks.egg", argranks.TABLES, argranks.OPCODES, argranks.instruction_rows),
     Family("gatherbatch", "gatherbatch.egg", gatherbatch.TABLES, gatherbatch.OPCODES, gatherbatch.instruction_rows),
     Family("ringfill", "ringfill.egg", ringfill.TABLES, ringfill.OPCODES, ringfill.instruction_rows),  # rot2, rred, osum, moves2x2: ring; fill: layout
+    Family("dotscale", "dotscale.egg", dotscale.TABLES, graph_rows=dotscale.graph_rows),  # dotc2/moves1 rows of its new terms: core
 ]
 
 
