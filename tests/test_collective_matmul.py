@@ -109,12 +109,13 @@ def test_roll_spelling_stays_unproven_and_equal(tmp_path: Path) -> None:
         assert m["verdict"] == "diverged", m["stdout"][-3000:]
 
 
-def test_jax_ring_attention_unproven_equal_and_its_bug_at_its_line(tmp_path: Path) -> None:
+def test_jax_ring_attention_verified_and_its_bug_at_its_line(tmp_path: Path) -> None:
     # examples/jax/spellings.py:ring_attention through `shardproof run`: the scores' 1/sqrt(d)
-    # and the keepdims running max relate (rules/ringfill.egg), the denominator is proven, the
-    # numerator is not (the baseline divides by the denominator before its dot with v): the
-    # correct form must stay unproven, never verified, with the witness equal; the twin that
-    # scales the scores by 1/d is diverged at its BUG-SITE line with a confirmed witness.
+    # and the keepdims running max relate (rules/ringfill.egg), the denominator and the
+    # numerator are proven (rules/ring.egg's online softmax); the baseline divides by the
+    # denominator before its dot with v and puts v first, and rules/dotscale.egg moves that
+    # division out of the dot and swaps its operands, so the correct form is verified; the twin
+    # that scales the scores by 1/d is diverged at its BUG-SITE line with a confirmed witness.
     pytest.importorskip("jax")
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
     out = tmp_path / "report"
@@ -124,8 +125,7 @@ def test_jax_ring_attention_unproven_equal_and_its_bug_at_its_line(tmp_path: Pat
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     rows = {r["name"]: r for r in json.loads((out / "result.json").read_text())["models"]}
     ok = rows["jax_ring_attention"]
-    assert ok["status"] == "unproven", ok
-    assert ok["result"]["witness"]["status"] == "equal", ok["result"]["witness"]
+    assert ok["status"] == "verified", ok
     trace = json.dumps(ok["result"].get("trace"))
     assert "ringfill/pointwise-with-a-fill" in trace  # the 1/sqrt(d) scale of every score block
     bug = rows["jax_ring_attention_scale_by_d"]
