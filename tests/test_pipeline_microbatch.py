@@ -124,3 +124,36 @@ def test_bug_twins_diverged_with_a_confirmed_witness(tmp_path: Path, bug: str) -
     res = _check(tmp_path, BUGS[bug])
     assert res.verdict == "diverged", (bug, res.verdict, res.reason)
     assert res.witness and res.witness.get("status") == "confirmed", res.witness
+
+
+def _stacked(first: int, second: int, per_m: int = 1, mean: bool = True) -> str:
+    """torch.stack(losses).mean(): each microbatch's loss a plain mean of its block (divided by
+    per_m), stacked along a new dim 0, summed over it and divided by the count."""
+    tail = (f"  %st0 = f32[1] reshape(f32[] %l{first})\n  %st1 = f32[1] reshape(f32[] %l{second})\n"
+            "  %stk = f32[2] concatenate(f32[1] %st0, f32[1] %st1), dimensions={0}\n"
+            "  %ssum = f32[] reduce(f32[2] %stk, f32[] %zero), dimensions={0}, to_apply=%sum\n")
+    if mean:
+        tail += "  %cnt = f32[] constant(2)\n  %smean = f32[] divide(f32[] %ssum, f32[] %cnt)\n"
+    return _dist(_mb_loss(0, per_m) + _mb_loss(1, per_m) + tail, "smean" if mean else "ssum",
+                 _mb_grad(1) + _mb_grad(0) + "  %acc = f32[4,4] add(f32[4,4] %gw1, f32[4,4] %gw0)\n", "acc")
+
+
+def test_stacked_microbatch_losses_mean_verified(tmp_path: Path) -> None:
+    # torch.distributed.pipelining with scale_grads=True: plain means per microbatch, the loss
+    # torch.stack(losses).mean() (rules/microbatch.egg, mbstack-*).
+    res = _check(tmp_path, _stacked(0, 1))
+    assert res.verdict == "verified", res.reason
+
+
+STACK_BUGS = {
+    "stacked_block_twice": _stacked(0, 0),  # microbatch 0's loss stacked twice, 1 never
+    "stacked_not_averaged": _stacked(0, 1, mean=False),  # summed, not divided by the count
+    "stacked_divided_twice": _stacked(0, 1, per_m=2),  # divided by M per microbatch and again
+}
+
+
+@pytest.mark.parametrize("bug", sorted(STACK_BUGS))
+def test_stacked_loss_bug_twins_diverged(tmp_path: Path, bug: str) -> None:
+    res = _check(tmp_path, STACK_BUGS[bug])
+    assert res.verdict == "diverged", (bug, res.verdict, res.reason)
+    assert res.witness and res.witness.get("status") == "confirmed", res.witness

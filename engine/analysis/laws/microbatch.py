@@ -19,6 +19,8 @@ For every baseline signature and every block count n that a distributed literal 
 ``mbrs(k, d, o, n, f, o2, kp)`` reshape: block e of n along input dim d read as [o, S/o]
                            (o = 1: a plain block) is block e along output dim f read as
                            [o2, S'/o2] (rules/microbatch.egg, strided blocks)
+``mbstksum(k, w)``         reduce(add) over dim w alone (either side): a stack of microbatch
+                           losses summed
 ``mbmove(k)``              broadcast or reshape (both sides): moves elements, so a division by
                            a constant passes through it (qdiv-move)
 """
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
     from ..graph import Graphs
     from ..signature import Sig
 
-TABLES: tuple[str, ...] = ("mbu", "mbb", "mbbc", "mbdot", "mbperm", "mbkeep", "mbred", "mbcontract", "mbmove", "mbrs", "mbu2", "mbb2", "mbbc2", "mbdsh", "mbdrow")
+TABLES: tuple[str, ...] = ("mbu", "mbb", "mbbc", "mbdot", "mbperm", "mbkeep", "mbred", "mbcontract", "mbmove", "mbrs", "mbu2", "mbb2", "mbbc2", "mbdsh", "mbdrow", "mbstksum")
 
 Rows = dict[str, list[tuple[object, ...]]]
 
@@ -60,6 +62,13 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
         for n in sorted(counts):
             _rows(rows, node.sig, node.ins.parsed, n)
     rows["mbmove"].extend((k,) for k in sorted(moves))
+    for node in g.nodes:
+        # A reduce(add) over one dim alone, on either side: summing stacked microbatch losses.
+        sig = node.sig
+        if sig is not None and sig.opcode == "reduce" and len(sig.ins) == 2 and sig.ins[1][1] == () and node.ins.parsed.get("reducer") == "add":
+            dims = _ints(node.ins.parsed, "dimensions")
+            if len(dims) == 1:
+                rows["mbstksum"].append((sig.key(), dims[0]))
     c = len(g.spec.groups[0]) if g.spec.groups else 1
     if c > 1:
         for node in g.nodes:
