@@ -255,3 +255,63 @@ def test_read_scatter_reads_the_dimension_numbers(built: Path) -> None:
     assert form.index_add_dim(tuple(shapes[0].dims), tuple(shapes[1].dims), tuple(shapes[2].dims)) == (3, 1)
     ins.parsed = {**ins.parsed, "reducer": "body:ROOT p1"}
     assert "overwrite" in str(read_scatter(ins, shapes))
+
+
+def _routing_hlo(variant: str, tokens: int = 8, experts: int = 4, capacity: int = 2) -> str:
+    """Top-1 routing onto expert slots, written as a MoE's sparse dispatch spells it (one-hot of
+    the argmax, a top-k capacity mask, locations cumsum(mask) - 1, slot = expert*C + location
+    where kept, else the scratch slot E*C, token ids scattered into a buffer of E*C + 1 whose
+    scratch slot is dropped), lowered by torch-xla; ``variant`` breaks one step."""
+    torch = pytest.importorskip("torch")
+    torch_xla = pytest.importorskip("torch_xla")
+    from shardproof.engine.frontend.capture import keep_scalars_constant
+
+    before = torch_xla._XLAC._get_xla_all_numbers_special_scalars()
+    keep_scalars_constant()  # as the front end builds: E and C lower to constants
+    try:
+        return _routing_text(torch, torch_xla, variant, tokens, experts, capacity)
+    finally:
+        torch_xla._XLAC._set_xla_all_numbers_special_scalars(before)  # other tests lower in this process
+
+
+def _routing_text(torch: Any, torch_xla: Any, variant: str, tokens: int, experts: int, capacity: int) -> str:
+    F = torch.nn.functional
+    dev = torch_xla.device()
+    logits = torch.randn(tokens, experts, device=dev)
+    index = torch.argmax(F.softmax(logits, dim=1), dim=1)
+    mask = F.one_hot(index, num_classes=experts)
+    top = torch.topk(mask, k=capacity, dim=0)[1]
+    keep = torch.zeros_like(mask).scatter_(0, top, 1)
+    mask = keep if variant == "no_onehot_factor" else mask * keep
+    expert = torch.min(index, mask.sum(dim=1) * experts - 1)
+    cum = torch.cumsum(mask, dim=0)
+    location = torch.sum((cum if variant == "no_minus_one" else cum - 1) * mask, dim=1)
+    stride = capacity - 1 if variant == "narrow_stride" else capacity
+    slots = torch.where(expert >= 0, expert * stride + location, torch.full_like(expert, experts * capacity))
+    source = torch.full((experts * capacity + 1,), tokens, dtype=torch.long, device=dev)
+    source.scatter_(0, slots, torch.arange(tokens, device=dev))
+    read = source if variant == "reads_scratch" else source[:-1]
+    out = torch.cat([logits, logits.new_zeros(1, experts)]).index_select(0, read)
+    return torch_xla._XLAC._get_xla_tensors_hlo([out])
+
+
+def _slot_scatter_form(text: str) -> object:
+    """read_scatter's answer for the 1-D overwrite scatter (the dispatch) of a routing program."""
+    from shardproof.engine.hlo.normalize import normalize
+
+    module = normalize(parse_hlo(text))
+    found = [i for i in module.entry.instructions if i.opcode == "scatter" and len(i.shape.dims) == 1]
+    assert len(found) == 1
+    ins = found[0]
+    return read_scatter(ins, [module.entry[o].shape for o in ins.operands], module)
+
+
+def test_routed_slots_are_read_only_when_the_kept_slots_are_distinct() -> None:
+    """The dispatch overwrite is read (engine/analysis/scatter.overwrite_slots_distinct) when
+    its kept slots are provably distinct and the scratch slot is never read; each broken step
+    (no -1 on the cumsum, a slot stride below the capacity, the scratch slot read, a mask
+    whose rows are not one-hot) leaves it unsupported."""
+    form = _slot_scatter_form(_routing_hlo("ok"))
+    assert not isinstance(form, str) and form.combiner == "overwrite", form
+    for variant in ("no_minus_one", "narrow_stride", "reads_scratch", "no_onehot_factor"):
+        assert isinstance(_slot_scatter_form(_routing_hlo(variant)), str), variant

@@ -160,7 +160,7 @@ def read_scatter(ins: Instruction, operands: list[Shape], module: Module | None 
     if ins.shape.is_tuple or len(operands) != 3:
         return "variadic scatter (several operands and updates) has no rules"
     reducer = p.get("reducer")
-    if is_overwrite(reducer) and module is not None and overwrite_indices_distinct(ins, module):
+    if is_overwrite(reducer) and module is not None and (overwrite_indices_distinct(ins, module) or overwrite_slots_distinct(ins, module)):
         reducer = "overwrite"
     elif reducer not in COMBINERS:
         return ("scatter whose combiner is not a plain add/max/min/mul/and/or (an overwrite depends on the "
@@ -337,3 +337,254 @@ def _gpdot(rows: dict[str, list[tuple[object, ...]]], sig: Sig, ins: Instruction
 
 
 SCATTER_TABLES = ("scatpick", "scatrows", "scatmask", "scatcomb", "catone", "gplin", "gplin2", "gpdot", "gpred", "gpdus", "gppad", "scatbatch")
+
+
+# ---- Routed slots (a MoE's sparse dispatch): an overwrite whose kept indices are distinct.
+#
+# DeepSpeed's _sparse_encode writes token t's id at slot[t] = h[t]*C' + loc[t] when h[t] >= 0,
+# else at a scratch slot X that every reader drops (``source[:-1]``). Kept slots are distinct:
+# M (tokens x experts) is a 0/1 matrix, each row at most one 1, at column a[t] (a one-hot of
+# a[t] times 0/1 capacity masks), each column at most K ones (a capacity mask writes K ones per
+# column). h[t] = min(a[t], rowsum(M)[t]*E' - 1) with E' >= E is a[t] on a kept row and < 0 on
+# a dropped one; loc[t] = sum_e (cumsum_tokens(M) - 1)*M = (ones of column a[t] up to t) - 1,
+# in [0, K) and strictly increasing down a column; with C' >= K, h*C' + loc differs for any
+# two kept tokens. Only updates at X may collide, and no reader sees X: the result read is
+# order-independent. Every step below is checked on the HLO; anything else stays unsupported.
+
+
+def _const_int(module: Module, name: str) -> int | None:
+    """The integer every element of ``name`` equals (a scalar constant, broadcast/reshaped,
+    or a product/sum/difference of such), else None."""
+    ins = module.entry.get(name)
+    if ins is None or ins.shape.dtype not in INT_BITS:
+        return None
+    if ins.opcode == "constant":
+        try:
+            return int(str(ins.literal).strip())
+        except ValueError:
+            return None
+    if ins.opcode in ("broadcast", "reshape", "slice", "copy") and len(ins.operands) == 1:
+        return _const_int(module, ins.operands[0])  # every element of a uniform tensor, moved
+    if ins.opcode in ("multiply", "add", "subtract") and len(ins.operands) == 2:
+        x, y = (_const_int(module, o) for o in ins.operands)
+        if x is None or y is None:
+            return None
+        v = x * y if ins.opcode == "multiply" else x + y if ins.opcode == "add" else x - y
+        lo, hi = int_range(ins.shape.dtype)
+        return v if lo <= v <= hi else None
+    return None
+
+
+def _vector_like(ins: Instruction, n: int) -> bool:
+    """A shape holding n elements along one dim (others 1): reshapes between such keep order."""
+    dims = tuple(ins.shape.dims)
+    return ins.shape.dtype in INT_BITS and (n == 1 or (sum(1 for d in dims if d != 1) == 1 and max(dims) == n)) and all(d >= 1 for d in dims)
+
+
+def _strip(module: Module, name: str, n: int, lo: int, hi: int) -> str:
+    """Follow reshapes, one-operand concatenates and converts of an n-vector whose values lie
+    in [lo, hi] (so no convert wraps) back to where the value is computed."""
+    while True:
+        ins = module.entry.get(name)
+        if ins is None or not _vector_like(ins, n) or len(ins.operands) != 1:
+            return name
+        src = module.entry.get(ins.operands[0])
+        if src is None or not _vector_like(src, n):
+            return name
+        if ins.opcode == "convert":
+            a, b = int_range(ins.shape.dtype)
+            if not a <= lo <= hi <= b:
+                return name
+        elif ins.opcode not in ("reshape", "concatenate", "bitcast"):
+            return name
+        name = src.name
+
+
+def _scaled(module: Module, name: str) -> tuple[str, int]:
+    """(x, k) for multiply(x, k) with k a constant, else (name, 1)."""
+    ins = module.entry.get(name)
+    if ins is not None and ins.opcode == "multiply" and len(ins.operands) == 2:
+        for a, b in (ins.operands, ins.operands[::-1]):
+            k = _const_int(module, b)
+            if k is not None:
+                return a, k
+    return name, 1
+
+
+def _ones_scatter(module: Module, name: str) -> Instruction | None:
+    """An overwrite scatter of constant 1 into constant 0 of an [S, E] int matrix, one element
+    per update: its result is 0/1 whatever the order of its updates (all write the same 1)."""
+    ins = module.entry.get(name)
+    if ins is None or ins.opcode != "scatter" or len(ins.operands) != 3 or len(ins.shape.dims) != 2:
+        return None
+    p = ins.parsed
+    if not is_overwrite(p.get("reducer")) or p.get("update_window_dims") or list(p.get("inserted_window_dims", [])) != [0, 1]:
+        return None
+    if list(p.get("scatter_dims_to_operand_dims", [])) != [0, 1] or p.get("input_batching_dims") or p.get("scatter_indices_batching_dims"):
+        return None
+    if _const_int(module, ins.operands[0]) != 0 or _const_int(module, ins.operands[2]) != 1:
+        return None
+    return ins
+
+
+def _index_components(module: Module, sc: Instruction) -> tuple[list[Instruction], int] | None:
+    """The two index components (row, column) of a 2-D one-element scatter, each [.., 1, ..]
+    at the index vector dim, and that dim."""
+    idx = module.entry.get(sc.operands[1])
+    ivd = sc.parsed.get("index_vector_dim")
+    if idx is None or not isinstance(ivd, int) or ivd >= len(idx.shape.dims) or idx.shape.dims[ivd] != 2:
+        return None
+    if idx.opcode != "concatenate" or list(idx.parsed.get("dimensions", [])) != [ivd] or len(idx.operands) != 2:
+        return None
+    pieces = [module.entry.get(o) for o in idx.operands]
+    if any(x is None or x.shape.dims[ivd] != 1 for x in pieces):
+        return None
+    return pieces, ivd  # type: ignore[return-value]
+
+
+def _is_iota_over(piece: Instruction, ivd: int, extent: int) -> bool:
+    """An iota along the one index dim of ``extent`` elements (other scatter dims may repeat it)."""
+    d = piece.parsed.get("iota_dimension")
+    return piece.opcode == "iota" and isinstance(d, int) and d != ivd and piece.shape.dims[d] == extent and piece.shape.dtype in INT_BITS and extent - 1 <= int_range(piece.shape.dtype)[1]
+
+
+def _routing_mask(module: Module, name: str, s: int) -> tuple[str, int, int] | None:
+    """(a, E, K) when ``name`` is M: 0/1 [S, E], row t's only possible 1 at column a[t] (a one-hot
+    factor: row component an iota over the S tokens, column component a), and at most K ones
+    per column (K = updates per column of a capacity factor whose column component is an iota
+    over E; K = S without one)."""
+    ins = module.entry.get(name)
+    if ins is None or len(ins.shape.dims) != 2 or ins.shape.dims[0] != s or ins.shape.dtype not in INT_BITS:
+        return None
+    factors = list(ins.operands) if ins.opcode == "multiply" and len(ins.operands) == 2 else [name]
+    e = ins.shape.dims[1]
+    a_name, k = None, s
+    for f in factors:
+        sc = _ones_scatter(module, f)
+        if sc is None or tuple(sc.shape.dims) != (s, e):
+            return None
+        comps = _index_components(module, sc)
+        if comps is None:
+            return None
+        (row, col), ivd = comps
+        idx_dims = [x for i, x in enumerate(module.entry[sc.operands[1]].shape.dims) if i != ivd]
+        n_upd = 1
+        for x in idx_dims:
+            n_upd *= x
+        if a_name is None and n_upd == s and _is_iota_over(row, ivd, s) and sum(1 for x in idx_dims if x != 1) == 1:
+            a_name = _strip(module, col.name, s, *int_range(col.shape.dtype))
+        elif _is_iota_over(col, ivd, e) and n_upd % e == 0:
+            k = min(k, n_upd // e)
+        else:
+            return None
+    return (a_name, e, k) if a_name is not None else None
+
+
+def overwrite_slots_distinct(ins: Instruction, module: Module) -> bool:
+    """The routed-slot overwrite described above: 1-D operand, one-element updates, every
+    reader a slice that skips the scratch slot X, indices select(h >= 0, h*C' + loc, X)."""
+    p = ins.parsed
+    if len(ins.shape.dims) != 1 or p.get("update_window_dims") or list(p.get("inserted_window_dims", [])) != [0]:
+        return False
+    if list(p.get("scatter_dims_to_operand_dims", [])) != [0] or p.get("input_batching_dims") or ins.is_root:
+        return False
+    idx = module.entry.get(ins.operands[1])
+    if idx is None or p.get("index_vector_dim") != len(idx.shape.dims) - 1 or idx.shape.dims[-1] != 1:
+        return False
+    s = idx.shape.numel
+    sel = module.entry.get(_strip(module, idx.name, s, *int_range(idx.shape.dtype)))
+    if sel is None or sel.opcode != "select" or len(sel.operands) != 3:
+        return False
+    scratch = _const_int(module, sel.operands[2])
+    if scratch is None or not _reads_skip(ins, module, scratch):
+        return False
+    cmp = module.entry.get(sel.operands[0])
+    if cmp is None or cmp.opcode != "compare" or cmp.parsed.get("direction") != "GE" or _const_int(module, cmp.operands[1]) != 0:
+        return False
+    h = _routed_expert(module, cmp.operands[0], s)
+    if h is None:
+        return False
+    h_name, m_name, e, k = h
+    add = module.entry.get(sel.operands[1])
+    if add is None or add.opcode != "add" or len(add.operands) != 2:
+        return False
+    for x, y in (add.operands, add.operands[::-1]):
+        xh, c = _scaled(module, x)
+        yl, one = _scaled(module, y)
+        if one != 1 or c < k or (e * c) > int_range(add.shape.dtype)[1]:
+            continue
+        if _strip(module, xh, s, -(1 << 31), 1 << 20) == h_name and _location(module, _strip(module, yl, s, -s, s), s) == (m_name, k):
+            return True
+    return False
+
+
+def _reads_skip(ins: Instruction, module: Module, x: int) -> bool:
+    """Every user of ``ins`` is a slice none of whose read elements is x."""
+    users = [u for u in module.entry.instructions if ins.name in u.operands]
+    for u in users:
+        if u.opcode != "slice":
+            return False
+        spec = u.parsed.get("slice")
+        if not isinstance(spec, list) or len(spec) != 1 or len(spec[0]) != 3:
+            return False
+        start, limit, stride = (int(v) for v in spec[0])
+        if stride < 1 or (start <= x < limit and (x - start) % stride == 0):
+            return False
+    return bool(users)
+
+
+def _routed_expert(module: Module, name: str, s: int) -> tuple[str, str, int, int] | None:
+    """(h, a, E, K) for h = min(a, rowsum(M)*E' - 1), E' >= E, after no-wrap converts. a comes
+    from an integer type of at most 32 bits so that h fits in s32 [-2^31, E-1]."""
+    h_name = _strip(module, name, s, -(1 << 31), 1 << 20)
+    h = module.entry.get(h_name)
+    if h is None or h.opcode != "minimum" or len(h.operands) != 2 or not h.shape.dtype.startswith("s"):
+        return None  # signed: a dropped row's rowsum*E' - 1 is -1, not a wrapped maximum
+    for a_op, q_op in (h.operands, h.operands[::-1]):
+        q = module.entry.get(q_op)
+        if q is None or q.opcode != "subtract" or _const_int(module, q.operands[1]) != 1:
+            continue
+        r_name, e2 = _scaled(module, q.operands[0])
+        r = module.entry.get(r_name)
+        if r is None or r.opcode != "reduce" or r.parsed.get("reducer") != "add" or list(r.parsed.get("dimensions", [])) != [1]:
+            continue
+        if len(r.operands) != 2 or _const_int(module, r.operands[1]) != 0:
+            continue
+        mask = _routing_mask(module, r.operands[0], s)
+        if mask is None or e2 < mask[1] or e2 > 1 << 20 or int_range(r.shape.dtype)[1] < e2:
+            continue
+        a, e, k = mask
+        src = module.entry.get(a_op)
+        narrow = src is not None and src.opcode == "convert" and module.entry.get(src.operands[0]) is not None
+        if not narrow or INT_BITS.get(module.entry[src.operands[0]].shape.dtype, 64) > 32:
+            continue
+        if _strip(module, a_op, s, *int_range(module.entry[src.operands[0]].shape.dtype)) != a:
+            continue
+        return h_name, r.operands[0], e, k
+    return None
+
+
+def _location(module: Module, name: str, s: int) -> tuple[str, int] | None:
+    """(M, K) for loc = reduce_add over experts of (cumsum_tokens(M) - 1) * M."""
+    red = module.entry.get(name)
+    if red is None or red.opcode != "reduce" or red.parsed.get("reducer") != "add" or list(red.parsed.get("dimensions", [])) != [1]:
+        return None
+    if len(red.operands) != 2 or _const_int(module, red.operands[1]) != 0:
+        return None
+    mul = module.entry.get(red.operands[0])
+    if mul is None or mul.opcode != "multiply" or len(mul.operands) != 2:
+        return None
+    for sub_op, m in (mul.operands, mul.operands[::-1]):
+        sub = module.entry.get(sub_op)
+        if sub is None or sub.opcode != "subtract" or _const_int(module, sub.operands[1]) != 1:
+            continue
+        cs = module.entry.get(sub.operands[0])
+        if cs is None or cs.opcode != "reduce-window" or cs.parsed.get("reducer") != "add" or cs.operands[:1] != [m] or int_range(cs.shape.dtype)[1] < s:
+            continue
+        win = cs.parsed.get("window") or {}
+        if set(win) != {"size", "pad"} or win["size"] != f"{s}x1" or win["pad"] != f"{s - 1}_0x0_0" or _const_int(module, cs.operands[1]) != 0:
+            continue
+        mask = _routing_mask(module, m, s)
+        if mask is not None:
+            return m, mask[2]
+    return None
