@@ -61,3 +61,31 @@ def test_s32_local_index_of_a_300_wide_block_verifies_and_is_equal() -> None:
     for s in range(2):
         run = oracle.run_pair(base, dist, rel, seed=s)
         assert run.equal, run.summary()
+
+
+def test_verified_s32_twin_agrees_on_ties_across_ranks() -> None:
+    """The law's tie argument (the lowest rank among equal gathered extremes holds the first
+    extreme): rows of values in {-2, -1, 0, 1} have the maximum in several blocks, and -0.0 next
+    to 0.0 compares equal on both sides. Random normal inputs almost never tie, so the pair is run
+    on such rows directly, every rank of the group against the baseline."""
+    base, dist, rel = _pair("s32")
+    assert _verdict(base, dist, rel) == "verified"
+    np = pytest.importorskip("numpy")
+    pytest.importorskip("jax")
+    from shardproof.engine.witness.runtime import run_distributed, run_hlo
+
+    groups = rel["groups"]
+    c, w = len(groups[0]), 300
+    rows = parse_hlo(base, "baseline.hlo").entry.instructions[0].shape.dims[0]
+    gen = np.random.default_rng(3)
+    for signed_zero in (False, True):
+        x = gen.integers(-2, 2, size=(rows, c * w)).astype(np.float32)
+        if signed_zero:
+            x = np.where(x == 1, np.float32(-0.0), x).astype(np.float32)  # the maxima: -0.0 and 0.0
+        want = run_hlo(base, [x])[0]
+        args: list[list[Any]] = [[] for _ in range(sum(map(len, groups)))]
+        for group in groups:  # every group holds the same data
+            for r, dev in enumerate(group):
+                args[dev] = [np.int32(r), np.ascontiguousarray(x[:, r * w:(r + 1) * w])]
+        for dev, out in enumerate(run_distributed(dist, args)):
+            assert np.array_equal(out[0], want), (signed_zero, dev, out[0], want)
