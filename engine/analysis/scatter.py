@@ -381,9 +381,10 @@ def _vector_like(ins: Instruction, n: int) -> bool:
     return ins.shape.dtype in INT_BITS and (n == 1 or (sum(1 for d in dims if d != 1) == 1 and max(dims) == n)) and all(d >= 1 for d in dims)
 
 
-def _strip(module: Module, name: str, n: int, lo: int, hi: int) -> str:
-    """Follow reshapes, one-operand concatenates and converts of an n-vector whose values lie
-    in [lo, hi] (so no convert wraps) back to where the value is computed."""
+def _strip(module: Module, name: str, n: int, lo: int = 1, hi: int = 0) -> str:
+    """Follow reshapes, one-operand concatenates and exact converts of an n-vector back to where
+    the value is computed. A convert is exact when its source type fits in its target type, or
+    when [lo, hi] (the caller's proven bound on the value; empty by default) does."""
     while True:
         ins = module.entry.get(name)
         if ins is None or not _vector_like(ins, n) or len(ins.operands) != 1:
@@ -393,7 +394,8 @@ def _strip(module: Module, name: str, n: int, lo: int, hi: int) -> str:
             return name
         if ins.opcode == "convert":
             a, b = int_range(ins.shape.dtype)
-            if not a <= lo <= hi <= b:
+            sa, sb = int_range(src.shape.dtype)
+            if not (a <= sa and sb <= b) and not a <= lo <= hi <= b:
                 return name
         elif ins.opcode not in ("reshape", "concatenate", "bitcast"):
             return name
@@ -472,7 +474,7 @@ def _routing_mask(module: Module, name: str, s: int) -> tuple[str, int, int] | N
         for x in idx_dims:
             n_upd *= x
         if a_name is None and n_upd == s and _is_iota_over(row, ivd, s) and sum(1 for x in idx_dims if x != 1) == 1:
-            a_name = _strip(module, col.name, s, *int_range(col.shape.dtype))
+            a_name = _strip(module, col.name, s)
         elif _is_iota_over(col, ivd, e) and n_upd % e == 0:
             k = min(k, n_upd // e)
         else:
@@ -492,7 +494,7 @@ def overwrite_slots_distinct(ins: Instruction, module: Module) -> bool:
     if idx is None or p.get("index_vector_dim") != len(idx.shape.dims) - 1 or idx.shape.dims[-1] != 1:
         return False
     s = idx.shape.numel
-    sel = module.entry.get(_strip(module, idx.name, s, *int_range(idx.shape.dtype)))
+    sel = module.entry.get(_strip(module, idx.name, s))
     if sel is None or sel.opcode != "select" or len(sel.operands) != 3:
         return False
     scratch = _const_int(module, sel.operands[2])
@@ -501,6 +503,8 @@ def overwrite_slots_distinct(ins: Instruction, module: Module) -> bool:
     cmp = module.entry.get(sel.operands[0])
     if cmp is None or cmp.opcode != "compare" or cmp.parsed.get("direction") != "GE" or _const_int(module, cmp.operands[1]) != 0:
         return False
+    if any(k not in ("direction", "metadata") and k not in VALUE_NEUTRAL_ATTRS for k in set(cmp.attrs) | set(cmp.parsed)):
+        return False  # a comparison type (UNSIGNED, say) would keep a dropped row's -1
     h = _routed_expert(module, cmp.operands[0], s)
     if h is None:
         return False
@@ -558,7 +562,7 @@ def _routed_expert(module: Module, name: str, s: int) -> tuple[str, str, int, in
         narrow = src is not None and src.opcode == "convert" and module.entry.get(src.operands[0]) is not None
         if not narrow or INT_BITS.get(module.entry[src.operands[0]].shape.dtype, 64) > 32:
             continue
-        if _strip(module, a_op, s, *int_range(module.entry[src.operands[0]].shape.dtype)) != a:
+        if _strip(module, a_op, s) != a:  # a: at most 32 bits, so h >= -2^31
             continue
         return h_name, r.operands[0], e, k
     return None
