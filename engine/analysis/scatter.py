@@ -6,8 +6,10 @@ every attribute must be one it knows (an attribute it does not know could change
 the instruction stays unsupported and can never verify), the combiner (``to_apply``) must be a
 plain add/max/min/mul/and/or, or an overwrite (``ROOT p1``) whose updates provably never collide
 (``overwrite_indices_distinct``: one-element updates, one index component an iota along the one
-scatter dim; an overwrite at colliding indices depends on the order of the updates and stays
-unsupported), and the dimension numbers must fit the operand shapes.
+scatter dim; or ``overwrite_slots_distinct``: a MoE's routed slots, distinct on every kept token,
+the dropped ones parked on a scratch slot no reader sees; an overwrite at colliding indices that
+are read depends on the order of the updates and stays unsupported), and the dimension numbers
+must fit the operand shapes.
 
 The tables (one row per signature key, written only for the forms the laws are stated for):
 
