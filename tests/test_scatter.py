@@ -286,7 +286,11 @@ def _routing_text(torch: Any, torch_xla: Any, variant: str, tokens: int, experts
     expert = torch.min(index, mask.sum(dim=1) * experts - 1)
     cum = torch.cumsum(mask, dim=0)
     location = torch.sum((cum if variant == "no_minus_one" else cum - 1) * mask, dim=1)
-    stride = capacity - 1 if variant == "narrow_stride" else capacity
+    stride = capacity - 1 if variant == "narrow_stride" else capacity + 1 if variant == "wide_stride" else capacity
+    if variant == "int32_roundtrip":  # DeepSpeed returns both as int32 and widens them again
+        expert, location = expert.to(torch.int32).long(), location.to(torch.int32).long()
+    if variant == "int8_expert":  # a narrowing that could wrap a dropped row's index
+        expert = expert.to(torch.int8).long()
     slots = torch.where(expert >= 0, expert * stride + location, torch.full_like(expert, experts * capacity))
     source = torch.full((experts * capacity + 1,), tokens, dtype=torch.long, device=dev)
     source.scatter_(0, slots, torch.arange(tokens, device=dev))
@@ -311,7 +315,8 @@ def test_routed_slots_are_read_only_when_the_kept_slots_are_distinct() -> None:
     its kept slots are provably distinct and the scratch slot is never read; each broken step
     (no -1 on the cumsum, a slot stride below the capacity, the scratch slot read, a mask
     whose rows are not one-hot) leaves it unsupported."""
-    form = _slot_scatter_form(_routing_hlo("ok"))
-    assert not isinstance(form, str) and form.combiner == "overwrite", form
-    for variant in ("no_minus_one", "narrow_stride", "reads_scratch", "no_onehot_factor"):
+    for variant in ("ok", "wide_stride", "int32_roundtrip"):
+        form = _slot_scatter_form(_routing_hlo(variant))
+        assert not isinstance(form, str) and form.combiner == "overwrite", (variant, form)
+    for variant in ("no_minus_one", "narrow_stride", "reads_scratch", "no_onehot_factor", "int8_expert"):
         assert isinstance(_slot_scatter_form(_routing_hlo(variant)), str), variant
