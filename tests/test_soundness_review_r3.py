@@ -1,0 +1,105 @@
+"""Review r3 (outside reviewer): attacks on three laws that landed together, each a program
+that differs from its baseline (XLA's execution the truth) or whose proof rests on a step the
+law does not state. None is verified; these tests keep it so.
+
+1. scatter.overwrite_slots_distinct (a MoE's routed-slot dispatch): broken routings lowered by
+   torch-xla stay unsupported - a capacity mask keeping C+1 tokens per expert on a stride of C
+   (two kept tokens on one slot), the dropped test taken from the uncapped one-hot's row sum
+   (a dropped token lands on its expert's slot 0), the cumsum taken along the experts.
+2. rules/microbatch.egg mbstack-*: losses stacked and reduced with max (diverged), or
+   reduce-added from a non-zero init (never verified: the init's uses are the runtime's choice).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_pipeline_microbatch import _check, _stacked
+
+from shardproof.engine.analysis.scatter import read_scatter
+from shardproof.engine.hlo.normalize import normalize
+from shardproof.engine.hlo.parser import parse_hlo
+
+
+def _routing(variant: str, tokens: int = 8, experts: int = 4, capacity: int = 2) -> str:
+    """Top-1 routing onto expert slots as test_scatter's, with one step broken by ``variant``."""
+    torch = pytest.importorskip("torch")
+    torch_xla = pytest.importorskip("torch_xla")
+    from shardproof.engine.frontend.capture import keep_scalars_constant
+
+    before = torch_xla._XLAC._get_xla_all_numbers_special_scalars()
+    keep_scalars_constant()
+    try:
+        return _routing_text(torch, torch_xla, variant, tokens, experts, capacity)
+    finally:
+        torch_xla._XLAC._set_xla_all_numbers_special_scalars(before)
+
+
+def _routing_text(torch: Any, torch_xla: Any, variant: str, tokens: int, experts: int, capacity: int) -> str:
+    F = torch.nn.functional
+    dev = torch_xla.device()
+    logits = torch.randn(tokens, experts, device=dev)
+    index = torch.argmax(F.softmax(logits, dim=1), dim=1)
+    onehot = F.one_hot(index, num_classes=experts)
+    top = torch.topk(onehot, k=capacity + 1 if variant == "capacity_plus_one" else capacity, dim=0)[1]
+    mask = onehot * torch.zeros_like(onehot).scatter_(0, top, 1)
+    rows = onehot if variant == "rowsum_uncapped" else mask
+    expert = torch.min(index, rows.sum(dim=1) * experts - 1)
+    cum = torch.cumsum(mask, dim=1 if variant == "cumsum_over_experts" else 0)
+    location = torch.sum((cum - 1) * mask, dim=1)
+    slots = torch.where(expert >= 0, expert * capacity + location, torch.full_like(expert, experts * capacity))
+    source = torch.full((experts * capacity + 1,), tokens, dtype=torch.long, device=dev)
+    source.scatter_(0, slots, torch.arange(tokens, device=dev))
+    out = torch.cat([logits, logits.new_zeros(1, experts)]).index_select(0, source[:-1])
+    return torch_xla._XLAC._get_xla_tensors_hlo([out])
+
+
+def _dispatch_form(text: str) -> object:
+    module = normalize(parse_hlo(text))
+    found = [i for i in module.entry.instructions if i.opcode == "scatter" and len(i.shape.dims) == 1]
+    assert len(found) == 1
+    return read_scatter(found[0], [module.entry[o].shape for o in found[0].operands], module)
+
+
+def test_routing_control_is_read() -> None:
+    form = _dispatch_form(_routing("ok"))
+    assert not isinstance(form, str) and form.combiner == "overwrite", form
+
+
+@pytest.mark.parametrize("variant", ["capacity_plus_one", "rowsum_uncapped", "cumsum_over_experts"])
+def test_colliding_routings_stay_unsupported(variant: str) -> None:
+    assert isinstance(_dispatch_form(_routing(variant)), str), variant
+
+
+MAX = """%max (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %m = f32[] maximum(f32[] %a, f32[] %b)
+}
+"""
+
+
+def _stack_mutant(kind: str) -> str:
+    good = _stacked(0, 1)
+    head = "%ssum = f32[] reduce(f32[2] %stk, f32[] %zero), dimensions={0}, to_apply=%sum"
+    assert head in good
+    if kind == "init_one":
+        return good.replace(head, "%one = f32[] constant(1)\n  " + head.replace("%zero)", "%one)"))
+    return good.replace(head, head.replace("%sum", "%max")).replace("\nENTRY", "\n" + MAX + "\nENTRY", 1)
+
+
+def test_stacked_losses_reduced_with_max_diverged(tmp_path: Path) -> None:
+    # max(l0, l1) / 2 is not (l0 + l1) / 2: XLA gives 0.5 against 1.0 on all-ones inputs.
+    res = _check(tmp_path, _stack_mutant("max_reducer"))
+    assert res.verdict == "diverged", (res.verdict, res.reason)
+
+
+def test_stacked_losses_with_a_nonzero_init_not_verified(tmp_path: Path) -> None:
+    # A reduce init that is not add's identity: XLA's CPU runtime folds the reduce of the two
+    # stacked scalars into their add and drops the init (it computes (l0 + l1) / 2, equal to
+    # the baseline), but HLO leaves the init's count of uses to the implementation, so no
+    # rule may rest on it: never verified (mbstack-sum asks for a zero init).
+    res = _check(tmp_path, _stack_mutant("init_one"))
+    assert res.verdict != "verified", res.reason
