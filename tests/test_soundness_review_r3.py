@@ -8,6 +8,9 @@ law does not state. None is verified; these tests keep it so.
    (a dropped token lands on its expert's slot 0), the cumsum taken along the experts.
 2. rules/microbatch.egg mbstack-*: losses stacked and reduced with max (diverged), or
    reduce-added from a non-zero init (never verified: the init's uses are the runtime's choice).
+3. rules/dotscale.egg: the baseline contracting E's middle dim (D broadcast on {0,2}) is
+   verified against the ranks' dot(E, L) / D on the same rows, and diverged when the ranks
+   divide along the other dim; a precision attribute on the baseline dot is never verified.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from laws.families import Program
+from laws.run import judge
 from test_pipeline_microbatch import _check, _stacked
 
 from shardproof.engine.analysis.scatter import read_scatter
@@ -103,3 +108,46 @@ def test_stacked_losses_with_a_nonzero_init_not_verified(tmp_path: Path) -> None
     # rule may rest on it: never verified (mbstack-sum asks for a zero init).
     res = _check(tmp_path, _stack_mutant("init_one"))
     assert res.verdict != "verified", res.reason
+
+
+def _dotscale(base_b: str, dist_b: str, contract: int, precision: str = "") -> Program:
+    """Baseline transpose(dot(L, E / broadcast(D))) contracting E's dim ``contract``, D on E's
+    dims ``base_b``; ranks (groups {0,1},{2,3}, E's rows sharded) transpose(dot(E, L) / D) with D
+    on the result's dims ``dist_b``."""
+    t, n, h, hl = "f32", 3, 4, 2
+    ls, es, ds = f"{t}[{n},{h},{n}]", f"{t}[{h},{n},{n}]", f"{t}[{h},{n}]"
+    base = (f"HloModule ds_base\n\nENTRY %main (l: {ls}, e: {es}, d: {ds}) -> {t}[{n},{h},{n}] {{\n"
+            f"  %l = {ls} parameter(0)\n  %e = {es} parameter(1)\n  %d = {ds} parameter(2)\n"
+            f"  %b = {es} broadcast({ds} %d), dimensions={base_b}\n  %p = {es} divide({es} %e, {es} %b)\n"
+            f"  %z = {t}[{h},{n},{n}] dot({ls} %l, {es} %p), lhs_batch_dims={{1}}, lhs_contracting_dims={{0}}, "
+            f"rhs_batch_dims={{0}}, rhs_contracting_dims={{{contract}}}{precision}\n"
+            f"  ROOT %o = {t}[{n},{h},{n}] transpose({t}[{h},{n},{n}] %z), dimensions={{2,0,1}}\n}}\n")
+    ll, el, dl = f"{t}[{n},{hl},{n}]", f"{t}[{hl},{n},{n}]", f"{t}[{hl},{n}]"
+    dist = (f"HloModule ds_dist\n\nENTRY %main (l: {ll}, e: {el}, d: {dl}) -> {t}[{n},{hl},{n}] {{\n"
+            f"  %l = {ll} parameter(0)\n  %e = {el} parameter(1)\n  %d = {dl} parameter(2)\n"
+            f"  %w = {el} dot({el} %e, {ll} %l), lhs_batch_dims={{0}}, lhs_contracting_dims={{{contract}}}, "
+            "rhs_batch_dims={1}, rhs_contracting_dims={0}\n"
+            f"  %b = {el} broadcast({dl} %d), dimensions={dist_b}\n  %y = {el} divide({el} %w, {el} %b)\n"
+            f"  ROOT %o = {t}[{n},{hl},{n}] transpose({el} %y), dimensions={{1,0,2}}\n}}\n")
+    rel = {"groups": [[0, 1], [2, 3]],
+           "inputs": [{"baseline": i, "distributed": i, "relation": "sharded", "dim": d} for i, d in ((0, 1), (1, 0), (2, 0))],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 1}]}
+    return Program("dotscale", f"contract {contract}, D {base_b} / {dist_b}", base, dist, rel)
+
+
+def test_dotscale_middle_contraction_control_verified() -> None:
+    pytest.importorskip("jax")
+    j = judge(_dotscale("{0,2}", "{0,1}", 1))
+    assert j.verdict == "verified" and j.equal is True, (j.verdict, j.detail)
+
+
+def test_dotscale_rank_dividing_along_the_other_dim_diverged() -> None:
+    pytest.importorskip("jax")
+    j = judge(_dotscale("{0,2}", "{0,2}", 1))
+    assert j.equal is False and j.verdict == "diverged", (j.verdict, j.detail)
+
+
+def test_dotscale_with_a_precision_attribute_not_verified() -> None:
+    pytest.importorskip("jax")
+    j = judge(_dotscale("{0,1}", "{0,1}", 2, ", operand_precision={highest,default}"))
+    assert j.verdict != "verified", j.verdict
