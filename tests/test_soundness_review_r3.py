@@ -11,10 +11,13 @@ law does not state. None is verified; these tests keep it so.
 3. rules/dotscale.egg: the baseline contracting E's middle dim (D broadcast on {0,2}) is
    verified against the ranks' dot(E, L) / D on the same rows, and diverged when the ranks
    divide along the other dim; a precision attribute on the baseline dot is never verified.
+4. b0fd466 (an unnamed backward instruction goes to the backward of its layer): the moved
+   power of tanh mutated (reads another tanh of the stage, or cubes) is diverged, confirmed.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -151,3 +154,46 @@ def test_dotscale_with_a_precision_attribute_not_verified() -> None:
     pytest.importorskip("jax")
     j = judge(_dotscale("{0,1}", "{0,1}", 2, ", operand_precision={highest,default}"))
     assert j.verdict != "verified", j.verdict
+
+
+def _pipeline_pair(tmp_path: Path) -> tuple[Path, Path, str]:
+    """torch.distributed.pipelining's 1F1B step with scale_grads=True (examples/pipeline),
+    built by the CLI: its stage-0 backward power of tanh names no module (b0fd466 moves it to
+    the backward of its layer)."""
+    pytest.importorskip("torch_xla")
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "built"
+    subprocess.run([sys.executable, "-c", "from shardproof.engine.cli import main; raise SystemExit(main())", "build", "--config", str(root / "examples/pipeline/.shardproof.yml"),
+                    "--models", "torch_pipe_1f1b_train_scale_grads", "--out", str(out)], check=True, cwd=root, capture_output=True)
+    folder = out / "torch_pipe_1f1b_train_scale_grads"
+    return folder / "baseline.hlo", folder / "relations.yaml", (folder / "distributed.hlo").read_text()
+
+
+def test_moved_backward_instruction_that_differs_diverged(tmp_path: Path) -> None:
+    """The unnamed backward power moved into the backward of its layer is still compared: the
+    pair as built is verified; the power reading another tanh of the stage (a stale activation),
+    or raising to 3, is diverged with a confirmed witness."""
+    from shardproof.engine.analysis.check import check_files
+    from shardproof.engine.relations import load_relations
+
+    base, rel, dist = _pipeline_pair(tmp_path)
+    found = re.search(r"(%s0\.power\.\d+) = (f32\[[\d,]+\])\{1,0\} power\((%s0\.tanh\.\d+), (%s0\.broadcast\.\d+)\), metadata=\{[^}]*op_name=\"backward\.\d+/aten__pow\"", dist)
+    assert found, "no unnamed backward power in stage 0"
+    power, shape, tanh, _ = found.groups()
+    other = next(t for t in re.findall(r"(%s0\.tanh\.\d+) = ", dist[: found.start()]) if t != tanh)
+    three = f"  %r3.three = f32[] constant(3)\n  %r3.b3 = {shape} broadcast(%r3.three), dimensions={{}}\n"
+    mutants = {
+        "stale": dist.replace(f"{power} = {shape}{{1,0}} power({tanh},", f"{power} = {shape}{{1,0}} power({other},"),
+        "cube": dist[: found.start()].rstrip(" ") + three + "  " + dist[found.start():].replace(found.group(4), "%r3.b3", 1),
+    }
+    res = check_files(load_relations(rel), base, tmp_path / "built" / "torch_pipe_1f1b_train_scale_grads" / "distributed.hlo")
+    assert res.verdict == "verified", res.reason
+    for name, text in mutants.items():
+        assert text != dist, name
+        (tmp_path / f"{name}.hlo").write_text(text)
+        res = check_files(load_relations(rel), base, tmp_path / f"{name}.hlo")
+        assert res.verdict == "diverged", (name, res.verdict, res.reason)
+        assert res.witness and res.witness.get("status") == "confirmed", (name, res.witness)
