@@ -5,7 +5,8 @@ law does not state. None is verified; these tests keep it so.
 1. scatter.overwrite_slots_distinct (a MoE's routed-slot dispatch): broken routings lowered by
    torch-xla stay unsupported - a capacity mask keeping C+1 tokens per expert on a stride of C
    (two kept tokens on one slot), the dropped test taken from the uncapped one-hot's row sum
-   (a dropped token lands on its expert's slot 0), the cumsum taken along the experts.
+   (a dropped token lands on its expert's slot 0), the cumsum taken along the experts, the
+   slot arithmetic in s8 / u8 with E*C = 320 (wrapped slots land on kept ones).
 2. rules/microbatch.egg mbstack-*: losses stacked and reduced with max (diverged), or
    reduce-added from a non-zero init (never verified: the init's uses are the runtime's choice).
 3. rules/dotscale.egg: the baseline contracting E's middle dim (D broadcast on {0,2}) is
@@ -57,7 +58,11 @@ def _routing_text(torch: Any, torch_xla: Any, variant: str, tokens: int, experts
     expert = torch.min(index, rows.sum(dim=1) * experts - 1)
     cum = torch.cumsum(mask, dim=1 if variant == "cumsum_over_experts" else 0)
     location = torch.sum((cum - 1) * mask, dim=1)
-    slots = torch.where(expert >= 0, expert * capacity + location, torch.full_like(expert, experts * capacity))
+    kept = expert * capacity + location
+    if variant.startswith("slots_"):  # slot arithmetic in a narrow int: E*C = 320 wraps onto kept slots
+        narrow = {"slots_s8": torch.int8, "slots_u8": torch.uint8}[variant]
+        kept = (expert.to(narrow) * capacity + location.to(narrow)).long()
+    slots = torch.where(expert >= 0, kept, torch.full_like(expert, experts * capacity))
     source = torch.full((experts * capacity + 1,), tokens, dtype=torch.long, device=dev)
     source.scatter_(0, slots, torch.arange(tokens, device=dev))
     out = torch.cat([logits, logits.new_zeros(1, experts)]).index_select(0, source[:-1])
@@ -79,6 +84,13 @@ def test_routing_control_is_read() -> None:
 @pytest.mark.parametrize("variant", ["capacity_plus_one", "rowsum_uncapped", "cumsum_over_experts"])
 def test_colliding_routings_stay_unsupported(variant: str) -> None:
     assert isinstance(_dispatch_form(_routing(variant)), str), variant
+
+
+@pytest.mark.parametrize("variant", ["slots_s8", "slots_u8"])
+def test_wrapping_slot_arithmetic_stays_unsupported(variant: str) -> None:
+    form = _dispatch_form(_routing("ok", tokens=16, experts=80, capacity=4))
+    assert not isinstance(form, str), form  # the wide control at these sizes is read
+    assert isinstance(_dispatch_form(_routing(variant, tokens=16, experts=80, capacity=4)), str), variant
 
 
 MAX = """%max (a: f32[], b: f32[]) -> f32[] {
