@@ -170,8 +170,7 @@ def test_dotscale_with_a_precision_attribute_not_verified() -> None:
 
 def _pipeline_pair(tmp_path: Path) -> tuple[Path, Path, str]:
     """torch.distributed.pipelining's 1F1B step with scale_grads=True (examples/pipeline),
-    built by the CLI: its stage-0 backward power of tanh names no module (b0fd466 moves it to
-    the backward of its layer)."""
+    built by the CLI: its stage-0 backward power of tanh names no module."""
     pytest.importorskip("torch_xla")
     import subprocess
     import sys
@@ -185,9 +184,9 @@ def _pipeline_pair(tmp_path: Path) -> tuple[Path, Path, str]:
 
 
 def test_moved_backward_instruction_that_differs_diverged(tmp_path: Path) -> None:
-    """The unnamed backward power moved into the backward of its layer is still compared: the
-    pair as built is verified; the power reading another tanh of the stage (a stale activation),
-    or raising to 3, is diverged with a confirmed witness."""
+    """The unnamed backward power is compared: the pair as built is verified; the power reading
+    another tanh of the stage (a stale activation), or raising to 3, is diverged with a confirmed
+    witness."""
     from shardproof.engine.analysis.check import check_files
     from shardproof.engine.relations import load_relations
 

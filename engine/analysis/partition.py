@@ -77,16 +77,7 @@ def _layers(comp: Computation, op_name: OpName, pattern: re.Pattern[str], fixed:
         if ins.opcode in LEAVES or ins.name in cone:
             continue
         inherited = max((layer[o] for o in ins.operands if o in layer), default=-1)
-        name = op_name(ins) or ""
-        explicit = layer_label(name, pattern)
-        if explicit < 0 and inherited >= 0 and not is_backward(inherited) and _BACKWARD_RE.search(name):
-            # A backward instruction that names no module (torch.distributed.pipelining's stage
-            # backward runs autograd outside the modules' scopes) computed from forward values
-            # of layer k only (the tanh backward's power of layer k's tanh) belongs to the
-            # backward of layer k, where the baseline's, which names its module, sits. Left in
-            # forward layer k, it had no baseline partner there, and the backward read it across
-            # the cut with no fact. A later layer's backward reading it keeps its own label (max).
-            inherited = BACKWARD_BASE - inherited
+        explicit = layer_label(op_name(ins) or "", pattern)
         # Never earlier than an operand: segments must stay in topological order.
         layer[ins.name] = max(explicit, inherited)
     return layer
