@@ -27,7 +27,14 @@ from shardproof.engine.witness.pair import PairReport as PairResult
 from shardproof.engine.witness.pair import run_pair
 from shardproof.engine.witness.runtime import run_distributed, run_hlo
 
-__all__ = ["OutputCheck", "PairResult", "fusions_as_calls", "run_distributed", "run_hlo", "run_pair"]
+__all__ = ["OutputCheck", "PairResult", "assert_equal_on_seeds", "fusions_as_calls", "run_distributed", "run_hlo", "run_pair"]
+
+
+def assert_equal_on_seeds(baseline: str, distributed: str, relations: object, seeds: int = 2) -> None:
+    """The truth for a correct twin: XLA runs both programs equal on every seed."""
+    for seed in range(seeds):
+        run = run_pair(baseline, distributed, relations, seed=seed)  # type: ignore[arg-type]
+        assert run.equal, run.summary()
 
 
 def fusions_as_calls(text: str) -> str:
