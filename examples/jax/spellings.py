@@ -199,3 +199,125 @@ def ring_attention(ctx: JaxContext) -> JaxModel:
     dist = shard_map(per_device, mesh=mesh, in_specs=(P(*spec),) * 3, out_specs=P(*spec), check_vma=False)
     return JaxModel(attn, dist, mesh, [JaxInput(n, (s, h, hd), spec=spec) for n in ("q", "k", "v")], outputs=[spec],
                     description=f"ring attention in shard_map, SP {c}")
+
+
+def _bf16_scores(q: Any, k: Any, form: str) -> Any:
+    """f32 attention scores of bf16 queries and keys, in the three forms mixed-precision JAX code
+    writes them: a bf16 dot accumulated into f32 (``preferred_element_type``), the operands
+    widened first (the ``ringattention`` package's ``float32_logits``), or a bf16 dot widened
+    after (its result rounded to bf16 once, element by element, as in the baseline)."""
+    f32 = jnp.float32
+    if form == "preferred":
+        return jnp.einsum("qhd,khd->hqk", q, k, preferred_element_type=f32)
+    if form == "f32_logits":
+        return jnp.einsum("qhd,khd->hqk", q.astype(f32), k.astype(f32))
+    return jnp.einsum("qhd,khd->hqk", q, k).astype(f32)
+
+
+def _ring_attention_bf16(ctx: JaxContext, form: str) -> JaxModel:
+    """Ring attention in bf16 as mixed-precision JAX code writes it: q, k, v in bf16, f32 scores
+    (``_bf16_scores``), the running max, denominator and numerator in f32 (v enters its dot
+    widened, exactly: jnp promotes it against the f32 weights), the output cast to bf16 once, at
+    the end (the ``ringattention`` package's forward). The baseline is plain softmax attention in
+    the same precision: f32 scores, f32 softmax and dot with v, one cast to bf16. Both round to
+    bf16 at the same points only, so the ring equals it in the real-number model of `verified`;
+    code that rounds per block (probabilities cast to bf16 before their dot with v, as flash
+    attention kernels do) is not equal to any single-device softmax and is not this model."""
+    s, h, hd, c = ctx.knob("seq", 16), ctx.knob("heads", 2), ctx.knob("head_dim", 8), ctx.knob("tp", 4)
+    mesh = ctx.mesh({"sp": c})
+    bug = ctx.variant
+    f32 = jnp.float32
+
+    def attn(q: Any, k: Any, v: Any) -> Any:
+        p = jax.nn.softmax(_bf16_scores(q, k, form) / math.sqrt(hd), axis=-1)
+        return jnp.einsum("hqk,khd->qhd", p, v).astype(q.dtype)
+
+    def per_device(q: Any, k: Any, v: Any) -> Any:
+        nxt = [(j, (j + 1) % c) for j in range(c)]
+        m = den = acc = None
+        for step in range(c):
+            if step:
+                k, v = jax.lax.ppermute(k, "sp", nxt), jax.lax.ppermute(v, "sp", nxt)
+            scores = _bf16_scores(q, k, form) / math.sqrt(hd)
+            bmax = scores.max(axis=-1, keepdims=True)
+            if m is None:
+                m = bmax
+                p = jnp.exp(scores - m)
+                den, acc = p.sum(axis=-1, keepdims=True), jnp.einsum("hqk,khd->hqd", p, v)
+                continue
+            m_new = jnp.maximum(m, bmax)
+            scale = jnp.exp(m - m_new)
+            p = jnp.exp(scores - m_new)
+            den = (den * scale + p.sum(axis=-1, keepdims=True)).astype(jnp.bfloat16 if bug == "ring_bf16_denominator" else f32)  # BUG-SITE: ring_bf16_denominator
+            acc = (acc if bug == "ring_bf16_no_rescale" else acc * scale) + jnp.einsum("hqk,khd->hqd", p, v)  # BUG-SITE: ring_bf16_no_rescale
+            m = m_new
+        return (acc / den).transpose(1, 0, 2).astype(q.dtype)
+
+    spec = ("sp", None, None)
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P(*spec),) * 3, out_specs=P(*spec), check_vma=False)
+    return JaxModel(attn, dist, mesh, [JaxInput(n, (s, h, hd), "bfloat16", spec=spec) for n in ("q", "k", "v")], outputs=[spec],
+                    description=f"ring attention in bf16 ({form} f32 scores, f32 statistics), shard_map, SP {c}")
+
+
+def ring_attention_bf16(ctx: JaxContext) -> JaxModel:
+    """Ring attention in bf16, scores accumulated into f32 by ``preferred_element_type``."""
+    return _ring_attention_bf16(ctx, "preferred")
+
+
+def ring_attention_bf16_f32_logits(ctx: JaxContext) -> JaxModel:
+    """Ring attention in bf16, queries and keys widened to f32 before the scores."""
+    return _ring_attention_bf16(ctx, "f32_logits")
+
+
+def ring_attention_bf16_scores_upcast(ctx: JaxContext) -> JaxModel:
+    """Ring attention in bf16, the scores a bf16 dot widened to f32 after."""
+    return _ring_attention_bf16(ctx, "upcast")
+
+
+def ring_attention_causal(ctx: JaxContext) -> JaxModel:
+    """Causal ring attention (context parallelism) in shard_map: rank r keeps query block r and at
+    step k holds key/value block (r - k) mod c; the causal mask compares absolute positions built
+    from ``lax.axis_index`` (queries r*b + iota, keys ((r - k) mod c)*b + iota), masked scores are
+    -inf, and the online softmax starts from the diagonal block (step 0), which has an unmasked key
+    in every query row, so the running max is finite from the first step on."""
+    s, h, hd, c = ctx.knob("seq", 16), ctx.knob("heads", 2), ctx.knob("head_dim", 8), ctx.knob("tp", 4)
+    mesh = ctx.mesh({"sp": c})
+    bug = ctx.variant
+
+    def attn(q: Any, k: Any, v: Any) -> Any:
+        pos = jnp.arange(s)
+        scores = jnp.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd)
+        scores = jnp.where(pos[:, None] >= pos[None, :], scores, -jnp.inf)
+        p = jax.nn.softmax(scores, axis=-1)
+        return jnp.einsum("hqk,khd->qhd", p, v)
+
+    def per_device(q: Any, k: Any, v: Any) -> Any:
+        b = q.shape[0]
+        idx = jax.lax.axis_index("sp")
+        q_pos = idx * b + jnp.arange(b)
+        nxt = [(j, (j + 1) % c) for j in range(c)]
+        m = den = acc = None
+        for step in range(c):
+            if step:
+                k, v = jax.lax.ppermute(k, "sp", nxt), jax.lax.ppermute(v, "sp", nxt)
+            k_pos = ((idx - step) % c) * b + jnp.arange(b)
+            scores = jnp.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd)
+            scores = jnp.where(q_pos[:, None] >= k_pos[None, :], scores, -jnp.inf)
+            bmax = scores.max(axis=-1, keepdims=True)
+            if m is None:
+                m = bmax
+                p = jnp.exp(scores - m)
+                den, acc = p.sum(axis=-1, keepdims=True), jnp.einsum("hqk,khd->hqd", p, v)
+                continue
+            m_new = jnp.maximum(m, bmax)
+            scale = jnp.exp(m - m_new)
+            p = jnp.exp(scores - m_new)
+            den = den * scale + p.sum(axis=-1, keepdims=True)
+            acc = acc * scale + jnp.einsum("hqk,khd->hqd", p, v)
+            m = m_new
+        return (acc / den).transpose(1, 0, 2)
+
+    spec = ("sp", None, None)
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P(*spec),) * 3, out_specs=P(*spec), check_vma=False)
+    return JaxModel(attn, dist, mesh, [JaxInput(n, (s, h, hd), spec=spec) for n in ("q", "k", "v")], outputs=[spec],
+                    description=f"causal ring attention in shard_map, SP {c}")
