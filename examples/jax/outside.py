@@ -1,0 +1,423 @@
+"""JAX programs in the spellings of codebases other than this one (issue 25, an outside user's
+corpus): MaxText-style decoder pieces under logical axis rules, praxis-style einsum sharding,
+flax nnx, shard_map collectives in their other spellings (``psum_scatter``, untiled
+``all_gather``, ``all_to_all`` on inner axes, ``pmean``, ``pmax``), 2-D meshes with collectives
+over one axis, ``lax.scan`` over layers, GShard-style top-2 MoE dispatch through one-hot
+einsums, vocab-parallel cross entropy with ``log_softmax`` + ``take_along_axis``, and rotary
+embeddings whose positions come from ``axis_index`` under sequence parallelism.
+
+Each correct model is written the way such code writes it; a bug twin differs only on the line
+marked ``# BUG-SITE: <variant>``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax import shard_map
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from shardproof.engine.frontend.jax.declare import JaxContext, JaxInput, JaxModel
+
+# MaxText-like logical axis rules: activations and weights carry logical names, the rules map
+# them onto a ('data', 'model') mesh.
+MT_RULES = (
+    ("activation_batch", "data"), ("activation_length", None), ("activation_embed", None),
+    ("activation_mlp", "model"), ("activation_heads", "model"), ("activation_kv", None),
+    ("embed", None), ("mlp", "model"), ("heads", "model"), ("kv", None), ("vocab", "model"),
+)
+INIT = nn.initializers.lecun_normal()
+
+
+def _f32(*shape: int) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(shape, jnp.float32)
+
+
+class MtMlp(nn.Module):
+    """A MaxText-style gated MLP: wi_0 / wi_1 (embed x mlp), silu gate, wo (mlp x embed), the
+    hidden activation constrained to ('activation_batch', 'activation_length', 'activation_mlp')."""
+
+    ffn: int
+
+    @nn.compact
+    def __call__(self, x: Any) -> Any:
+        def dense(n: int, axes: tuple[str, str], name: str, y: Any) -> Any:
+            return nn.DenseGeneral(n, use_bias=False, kernel_init=nn.with_logical_partitioning(INIT, axes), name=name)(y)
+
+        gate = nn.silu(dense(self.ffn, ("embed", "mlp"), "wi_0", x))
+        up = dense(self.ffn, ("embed", "mlp"), "wi_1", x)
+        h = nn.with_logical_constraint(gate * up, ("activation_batch", "activation_length", "activation_mlp"))
+        out = dense(x.shape[-1], ("mlp", "embed"), "wo", h)
+        return nn.with_logical_constraint(out, ("activation_batch", "activation_length", "activation_embed"))
+
+
+def maxtext_mlp(ctx: JaxContext) -> JaxModel:
+    """MaxText's gated MLP block, DP 2 x TP 2 under GSPMD (jit + logical constraints)."""
+    b, s, d, f = ctx.knob("batch", 2), ctx.knob("seq", 8), ctx.knob("hidden", 32), ctx.knob("ffn", 64)
+    mesh = ctx.mesh({"data": 2, "model": 2})
+    module = MtMlp(f)
+    variables = jax.eval_shape(module.init, jax.random.key(0), _f32(b, s, d))
+    x = JaxInput("x", (b, s, d), spec=("activation_batch", None, None))
+    bug = ctx.variant
+
+    def dist(v: Any, xs: Any) -> Any:
+        y = module.apply(v, xs)
+        if bug == "mt_mlp_doubled":
+            y = y + jax.lax.with_sharding_constraint(y, NamedSharding(mesh, P("data", None, None)))  # BUG-SITE: mt_mlp_doubled
+        return y
+
+    return JaxModel(module.apply, dist, mesh, [variables, x], outputs=[("activation_batch", None, None)], rules=MT_RULES, group_axes=("model",), gspmd=True,
+                    description="MaxText-style gated MLP (logical constraints), DP 2 x TP 2, GSPMD")
+
+
+class MtAttention(nn.Module):
+    """MaxText-style attention: kernels declared with their logical axes as MaxText's own
+    DenseGeneral does (``self.param`` of shape (embed, heads, kv), contracted by einsum), the
+    projections constrained to ('activation_batch', 'activation_length', 'activation_heads',
+    'activation_kv'), the out kernel (heads, kv, embed) contracting both."""
+
+    heads: int
+    head_dim: int
+
+    @nn.compact
+    def __call__(self, x: Any) -> Any:
+        d = x.shape[-1]
+
+        def proj(name: str) -> Any:
+            w = self.param(name, nn.with_logical_partitioning(INIT, ("embed", "heads", "kv")), (d, self.heads, self.head_dim))
+            y = jnp.einsum("btd,dnh->btnh", x, w)
+            return nn.with_logical_constraint(y, ("activation_batch", "activation_length", "activation_heads", "activation_kv"))
+
+        q, k, v = proj("query"), proj("key"), proj("value")
+        scores = jnp.einsum("btnh,bsnh->bnts", q / math.sqrt(self.head_dim), k)
+        p = jax.nn.softmax(scores.astype(jnp.float32), axis=-1)
+        o = jnp.einsum("bnts,bsnh->btnh", p, v)
+        wo = self.param("out", nn.with_logical_partitioning(INIT, ("heads", "kv", "embed")), (self.heads, self.head_dim, d))
+        return jnp.einsum("btnh,nhd->btd", o, wo)
+
+
+def maxtext_attention(ctx: JaxContext) -> JaxModel:
+    """MaxText-style attention, heads over 'model' (TP 4), GSPMD."""
+    b, s, h, hd = ctx.knob("batch", 2), ctx.knob("seq", 8), ctx.knob("heads", 4), ctx.knob("head_dim", 8)
+    mesh = ctx.mesh({"data": 1, "model": 4})
+    module = MtAttention(h, hd)
+    variables = jax.eval_shape(module.init, jax.random.key(0), _f32(b, s, h * hd))
+    x = JaxInput("x", (b, s, h * hd), spec=("activation_batch", None, None))
+    return JaxModel(module.apply, module.apply, mesh, [variables, x], rules=MT_RULES, group_axes=("model",), gspmd=True,
+                    description="MaxText-style attention (DenseGeneral to heads x kv), TP 4, GSPMD")
+
+
+def praxis_ffn(ctx: JaxContext) -> JaxModel:
+    """A praxis/paxml-style feed-forward: einsums with explicit weight and activation shardings
+    (``with_sharding_constraint`` on the 'BTD' / 'BTF' activations), weights 'DF' split on F."""
+    b, t, d, f = ctx.knob("batch", 4), ctx.knob("seq", 8), ctx.knob("hidden", 16), ctx.knob("ffn", 64)
+    mesh = ctx.mesh({"data": 2, "model": 2})
+    bug = ctx.variant
+
+    def ffn(x: Any, w_in: Any, w_out: Any) -> Any:
+        h = jax.nn.relu(jnp.einsum("btd,df->btf", x, w_in))
+        return jnp.einsum("btf,fd->btd", h, w_out)
+
+    def dist(x: Any, w_in: Any, w_out: Any) -> Any:
+        h = jnp.einsum("btd,df->btf", x, w_in)
+        h = jax.lax.with_sharding_constraint(jax.nn.relu(h), NamedSharding(mesh, P("data", None, "model")))
+        y = jnp.einsum("btf,fd->btd", h, w_out)
+        if bug == "praxis_relu_after":
+            y = jax.nn.relu(y)  # BUG-SITE: praxis_relu_after
+        return jax.lax.with_sharding_constraint(y, NamedSharding(mesh, P("data", None, None)))
+
+    return JaxModel(ffn, dist, mesh, [JaxInput("x", (b, t, d), spec=("data", None, None)), JaxInput("w_in", (d, f), spec=(None, "model")),
+                                      JaxInput("w_out", (f, d), spec=("model", None))],
+                    outputs=[("data", None, None)], group_axes=("model",), gspmd=True, description="praxis-style einsum FFN, DP 2 x TP 2, GSPMD")
+
+
+class NnxAttention(nnx.Module):
+    """flax nnx attention with nnx.with_partitioning on the projections (heads over 'model')."""
+
+    def __init__(self, d: int, heads: int, hd: int, rngs: nnx.Rngs) -> None:
+        init = nnx.initializers.lecun_normal()
+        self.heads, self.hd = heads, hd
+        self.qkv = nnx.Linear(d, 3 * heads * hd, use_bias=False, kernel_init=nnx.with_partitioning(init, ("embed", "heads")), rngs=rngs)
+        self.out = nnx.Linear(heads * hd, d, use_bias=False, kernel_init=nnx.with_partitioning(init, ("heads", "embed")), rngs=rngs)
+
+    def __call__(self, x: Any) -> Any:
+        b, s, _ = x.shape
+        qkv = self.qkv(x).reshape(b, s, self.heads, 3, self.hd)  # interleaved per head: shardable by heads
+        q, k, v = qkv[..., 0, :], qkv[..., 1, :], qkv[..., 2, :]
+        p = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(self.hd), axis=-1)
+        return self.out(jnp.einsum("bhqk,bkhd->bqhd", p, v).reshape(b, s, -1))
+
+
+def _call(model: Any, x: Any) -> Any:
+    return model(x)
+
+
+def nnx_attention(ctx: JaxContext) -> JaxModel:
+    """An nnx attention (fused qkv interleaved per head), TP 4, GSPMD."""
+    b, s, h, hd = ctx.knob("batch", 2), ctx.knob("seq", 8), ctx.knob("heads", 4), ctx.knob("head_dim", 8)
+    mesh = ctx.mesh({"data": 1, "model": 4})
+    with nnx.use_eager_sharding(False):
+        model = nnx.eval_shape(lambda: NnxAttention(h * hd, h, hd, nnx.Rngs(0)))
+    x = JaxInput("x", (b, s, h * hd), spec=("batch", None, None))
+    return JaxModel(_call, _call, mesh, [model, x], rules=(("batch", "data"), ("heads", "model"), ("embed", None)), group_axes=("model",), gspmd=True,
+                    description="flax nnx attention, qkv fused per head, TP 4, GSPMD")
+
+
+def _mlp(x: Any, w1: Any, w2: Any) -> Any:
+    return jax.nn.gelu(x @ w1) @ w2
+
+
+def sp_mlp_untiled(ctx: JaxContext) -> JaxModel:
+    """Sequence parallelism on a [batch, seq, hidden] activation: untiled ``all_gather(axis=1)``
+    (a new axis, merged by a reshape), the MLP, ``psum_scatter(scatter_dimension=1, tiled=True)``."""
+    b, s, d, f, c = ctx.knob("batch", 2), ctx.knob("seq", 16), ctx.knob("hidden", 16), ctx.knob("ffn", 64), ctx.knob("tp", 4)
+    mesh = ctx.mesh({"tp": c})
+    bug = ctx.variant
+
+    def per_device(x: Any, w1: Any, w2: Any) -> Any:
+        full = jax.lax.all_gather(x, "tp", axis=1)  # [b, c, s/c, d]
+        full = full.reshape(b, s, d)
+        y = jax.nn.gelu(full @ w1) @ w2
+        return jax.lax.psum_scatter(y, "tp", scatter_dimension=2 if bug == "scatter_hidden" else 1, tiled=True).reshape(b, s // c, d)  # BUG-SITE: scatter_hidden
+
+    spec = (None, "tp", None)
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P(*spec), P(None, "tp"), P("tp", None)), out_specs=P(*spec), check_vma=False)
+    return JaxModel(_mlp, dist, mesh, [JaxInput("x", (b, s, d), spec=spec), JaxInput("w1", (d, f), spec=(None, "tp")), JaxInput("w2", (f, d), spec=("tp", None))],
+                    outputs=[spec], description=f"SP MLP, untiled all_gather(axis=1) + psum_scatter(dim 1), TP {c}")
+
+
+def a2a_seq_to_heads(ctx: JaxContext) -> JaxModel:
+    """Ulysses on [batch, seq, heads, hd]: ``all_to_all(split_axis=2, concat_axis=1, tiled=True)``
+    to heads-sharded, attention, and the inverse all-to-all back to sequence-sharded."""
+    b, s, h, hd, c = ctx.knob("batch", 2), ctx.knob("seq", 16), ctx.knob("heads", 8), ctx.knob("head_dim", 4), ctx.knob("tp", 4)
+    mesh = ctx.mesh({"sp": c})
+    bug = ctx.variant
+
+    def attn(q: Any, k: Any, v: Any) -> Any:
+        p = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(hd), axis=-1)
+        return jnp.einsum("bhqk,bkhd->bqhd", p, v)
+
+    def per_device(q: Any, k: Any, v: Any) -> Any:
+        def to_heads(t: Any) -> Any:
+            return jax.lax.all_to_all(t, "sp", split_axis=2, concat_axis=1, tiled=True)
+
+        o = attn(to_heads(q), to_heads(k), to_heads(v))
+        return jax.lax.all_to_all(o, "sp", split_axis=1, concat_axis=3 if bug == "a2a_back_axis" else 2, tiled=True).reshape(b, s // c, h, hd)  # BUG-SITE: a2a_back_axis
+
+    spec = (None, "sp", None, None)
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P(*spec),) * 3, out_specs=P(*spec), check_vma=False)
+    return JaxModel(attn, dist, mesh, [JaxInput(n, (b, s, h, hd), spec=spec) for n in ("q", "k", "v")], outputs=[spec],
+                    description=f"Ulysses on [b, s, h, d], all_to_all(split 2, concat 1), SP {c}")
+
+
+def dp_pmean_grads(ctx: JaxContext) -> JaxModel:
+    """Data parallelism as every JAX trainer writes it in shard_map: each rank's loss and
+    gradients on its batch shard, averaged over 'data' with ``lax.pmean``."""
+    b, d, f, c = ctx.knob("batch", 8), ctx.knob("hidden", 16), ctx.knob("ffn", 32), ctx.knob("tp", 4)
+    mesh = ctx.mesh({"data": c})
+    bug = ctx.variant
+
+    def loss(w1: Any, w2: Any, x: Any, y: Any) -> Any:
+        return jnp.mean((_mlp(x, w1, w2) - y) ** 2)
+
+    def step(w1: Any, w2: Any, x: Any, y: Any) -> Any:
+        return jax.value_and_grad(loss, argnums=(0, 1))(w1, w2, x, y)
+
+    def per_device(w1: Any, w2: Any, x: Any, y: Any) -> Any:
+        value, grads = step(w1, w2, x, y)
+        grads = jax.lax.psum(grads, "data") if bug == "grads_psum_not_pmean" else jax.lax.pmean(grads, "data")  # BUG-SITE: grads_psum_not_pmean
+        return jax.lax.pmean(value, "data"), grads
+
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P(), P(), P("data"), P("data")), out_specs=(P(), (P(), P())), check_vma=False)
+    return JaxModel(step, dist, mesh, [JaxInput("w1", (d, f)), JaxInput("w2", (f, d)), JaxInput("x", (b, d), spec=("data", None)), JaxInput("y", (b, d), spec=("data", None))],
+                    outputs=[(), (), ()], description=f"data parallel loss and gradients, pmean over data {c}")
+
+
+def vocab_softmax_pmax(ctx: JaxContext) -> JaxModel:
+    """A vocab-sharded softmax over logits [tokens, vocab]: the global max by ``lax.pmax`` (softmax
+    stabilisation), the denominator by psum; the probabilities stay vocab-sharded."""
+    t, d, v, c = ctx.knob("tokens", 8), ctx.knob("hidden", 16), ctx.knob("vocab", 64), ctx.knob("tp", 4)
+    mesh = ctx.mesh({"model": c})
+    bug = ctx.variant
+
+    def base(x: Any, w: Any) -> Any:
+        return jax.nn.softmax(x @ w, axis=-1)
+
+    def per_device(x: Any, w: Any) -> Any:
+        logits = x @ w
+        m = jax.lax.stop_gradient(jax.lax.pmax(jnp.max(logits, axis=-1, keepdims=True), "model"))
+        e = jnp.exp(logits - m)
+        den = jnp.sum(e, axis=-1, keepdims=True)
+        return e / (den if bug == "softmax_local_den" else jax.lax.psum(den, "model"))  # BUG-SITE: softmax_local_den
+
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P(), P(None, "model")), out_specs=P(None, "model"), check_vma=False)
+    return JaxModel(base, dist, mesh, [JaxInput("x", (t, d)), JaxInput("w", (d, v), spec=(None, "model"))], outputs=[(None, "model")],
+                    description=f"vocab-sharded softmax, pmax + psum, TP {c}")
+
+
+def scan_layers_2d(ctx: JaxContext) -> JaxModel:
+    """``lax.scan`` over stacked layer weights on a ('data', 'model') mesh in shard_map: the batch
+    over 'data', each layer's attention-free block (RMSNorm, TP MLP) psum'd over 'model'."""
+    b, d, f, n = ctx.knob("batch", 4), ctx.knob("hidden", 16), ctx.knob("ffn", 64), ctx.knob("layers", 4)
+    mesh = ctx.mesh({"data": 2, "model": 2})
+    bug = ctx.variant
+
+    def norm(h: Any, g: Any) -> Any:
+        return h * jax.lax.rsqrt(jnp.mean(h * h, axis=-1, keepdims=True) + 1e-6) * g
+
+    def base(x: Any, g: Any, w1: Any, w2: Any) -> Any:
+        def layer(h: Any, p: Any) -> Any:
+            return h + _mlp(norm(h, p[0]), p[1], p[2]), None
+        return jax.lax.scan(layer, x, (g, w1, w2))[0]
+
+    def per_device(x: Any, g: Any, w1: Any, w2: Any) -> Any:
+        def layer(h: Any, p: Any) -> Any:
+            y = _mlp(norm(h, p[0]), p[1], p[2])
+            return h + jax.lax.psum(y, "data" if bug == "scan_psum_data" else "model"), None  # BUG-SITE: scan_psum_data
+        return jax.lax.scan(layer, x, (g, w1, w2))[0]
+
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P("data"), P(), P(None, None, "model"), P(None, "model", None)), out_specs=P("data"), check_vma=False)
+    return JaxModel(base, dist, mesh, [JaxInput("x", (b, d), spec=("data", None)), JaxInput("g", (n, d)), JaxInput("w1", (n, d, f), spec=(None, None, "model")),
+                                       JaxInput("w2", (n, f, d), spec=(None, "model", None))],
+                    outputs=[("data", None)], group_axes=("model",), description=f"lax.scan over {n} layers, DP 2 x TP 2, shard_map")
+
+
+def _top2_combine(x: Any, wg: Any, capacity: int) -> Any:
+    """GShard top-2 gating on one group of tokens x [S, D]: the combine tensor [S, E, C] (gate
+    weight at the token's slot in its expert's buffer) from one-hot masks and cumsum positions."""
+    e = wg.shape[1]
+    gates = jax.nn.softmax(x @ wg, axis=-1)  # [S, E]
+    idx1 = jnp.argmax(gates, axis=-1)
+    mask1 = jax.nn.one_hot(idx1, e, dtype=jnp.int32)
+    idx2 = jnp.argmax(gates * (1 - mask1), axis=-1)
+    mask2 = jax.nn.one_hot(idx2, e, dtype=jnp.int32)
+    pos1 = jnp.cumsum(mask1, axis=0) - 1
+    pos2 = jnp.cumsum(mask2, axis=0) - 1 + jnp.sum(mask1, axis=0, keepdims=True)
+    mask1 = mask1 * (pos1 < capacity)
+    mask2 = mask2 * (pos2 < capacity)
+    g1 = jnp.sum(gates * mask1, axis=-1)
+    g2 = jnp.sum(gates * mask2, axis=-1)
+    slot1 = jax.nn.one_hot(jnp.sum(pos1 * mask1, axis=-1), capacity)
+    slot2 = jax.nn.one_hot(jnp.sum(pos2 * mask2, axis=-1), capacity)
+    return g1[:, None, None] * mask1[:, :, None] * slot1[:, None, :] + g2[:, None, None] * mask2[:, :, None] * slot2[:, None, :]
+
+
+def gshard_moe(ctx: JaxContext) -> JaxModel:
+    """GShard/Switch-style top-2 MoE, expert parallel: tokens in G groups (one per rank), each
+    group's combine tensor from one-hot einsums, ``all_to_all`` from groups to experts and back."""
+    g, s, d, e, f, c = ctx.knob("groups", 4), ctx.knob("tokens", 8), ctx.knob("hidden", 16), ctx.knob("experts", 4), ctx.knob("ffn", 32), ctx.knob("tp", 4)
+    cap = ctx.knob("capacity", 4)
+    mesh = ctx.mesh({"expert": c})
+    bug = ctx.variant
+
+    def experts(xe: Any, w1: Any, w2: Any) -> Any:  # [E, G, C, D]
+        return jnp.einsum("egcf,efd->egcd", jax.nn.relu(jnp.einsum("egcd,edf->egcf", xe, w1)), w2)
+
+    def moe(x: Any, wg: Any, w1: Any, w2: Any) -> Any:  # x [G, S, D]
+        combine = jax.vmap(lambda t: _top2_combine(t, wg, cap))(x)  # [G, S, E, C]
+        dispatch = (combine > 0).astype(x.dtype)
+        xe = jnp.einsum("gsec,gsd->egcd", dispatch, x)
+        return jnp.einsum("gsec,egcd->gsd", combine, experts(xe, w1, w2))
+
+    def per_device(x: Any, wg: Any, w1: Any, w2: Any) -> Any:  # x [G/c, S, D], w [E/c, ...]
+        combine = jax.vmap(lambda t: _top2_combine(t, wg, cap))(x)
+        dispatch = (combine > 0).astype(x.dtype)
+        xe = jnp.einsum("gsec,gsd->egcd", dispatch, x)  # [E, G/c, C, D]
+        xe = jax.lax.all_to_all(xe, "expert", split_axis=0, concat_axis=1, tiled=True)  # [E/c, G, C, D]
+        ye = experts(xe, w1, w2)
+        ye = jax.lax.all_to_all(ye, "expert", split_axis=1, concat_axis=0, tiled=True)  # [E, G/c, C, D]
+        return jnp.einsum("gsec,egcd->gsd", (dispatch if bug == "combine_by_dispatch" else combine), ye)  # BUG-SITE: combine_by_dispatch
+
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P("expert"), P(), P("expert"), P("expert")), out_specs=P("expert"), check_vma=False)
+    return JaxModel(moe, dist, mesh, [JaxInput("x", (g, s, d), spec=("expert", None, None)), JaxInput("wg", (d, e)),
+                                      JaxInput("w1", (e, d, f), spec=("expert", None, None)), JaxInput("w2", (e, f, d), spec=("expert", None, None))],
+                    outputs=[("expert", None, None)], description=f"GShard top-2 MoE, one-hot einsum dispatch, all_to_all, EP {c}")
+
+
+def gspmd_vocab_xent(ctx: JaxContext) -> JaxModel:
+    """Vocab-parallel cross entropy as JAX model code writes it under GSPMD: the LM head's vocab
+    sharded over 'model', ``jax.nn.log_softmax`` then ``jnp.take_along_axis`` at the labels."""
+    b, s, d, v = ctx.knob("batch", 2), ctx.knob("seq", 8), ctx.knob("hidden", 16), ctx.knob("vocab", 64)
+    mesh = ctx.mesh({"data": 1, "model": 4})
+    bug = ctx.variant
+
+    def xent(x: Any, w: Any, labels: Any) -> Any:
+        logp = jax.nn.log_softmax(x @ w, axis=-1)
+        return -jnp.mean(jnp.take_along_axis(logp, labels[..., None], axis=-1))
+
+    def dist(x: Any, w: Any, labels: Any) -> Any:
+        logits = jax.lax.with_sharding_constraint(x @ w, NamedSharding(mesh, P("data", None, "model")))
+        logp = jax.nn.log_softmax(logits, axis=-1)
+        if bug == "xent_labels_shifted":
+            labels = (labels + 1) % v  # BUG-SITE: xent_labels_shifted
+        return -jnp.mean(jnp.take_along_axis(logp, labels[..., None], axis=-1))
+
+    return JaxModel(xent, dist, mesh, [JaxInput("x", (b, s, d), spec=("data", None, None)), JaxInput("w", (d, v), spec=(None, "model")),
+                                       JaxInput("labels", (b, s), "int32", spec=("data", None), int_range=(0, v))],
+                    group_axes=("model",), gspmd=True, description="log_softmax + take_along_axis cross entropy, vocab over TP 4, GSPMD")
+
+
+def shard_map_vocab_xent(ctx: JaxContext) -> JaxModel:
+    """The same loss in shard_map: log-softmax of the local vocab block against the global
+    log-sum-exp (pmax + psum), the label's logit picked by take_along_axis on the rank that owns it."""
+    t, d, v, c = ctx.knob("tokens", 8), ctx.knob("hidden", 16), ctx.knob("vocab", 64), ctx.knob("tp", 4)
+    w = v // c
+    mesh = ctx.mesh({"model": c})
+    bug = ctx.variant
+
+    def xent(x: Any, wv: Any, labels: Any) -> Any:
+        logp = jax.nn.log_softmax(x @ wv, axis=-1)
+        return -jnp.take_along_axis(logp, labels[:, None], axis=-1)[:, 0]
+
+    def per_device(x: Any, wv: Any, labels: Any) -> Any:
+        logits = x @ wv
+        m = jax.lax.pmax(jnp.max(logits, axis=-1, keepdims=True), "model")
+        lse = m + jnp.log(jax.lax.psum(jnp.sum(jnp.exp(logits - m), axis=-1, keepdims=True), "model"))
+        logp = logits - lse
+        local = labels - jax.lax.axis_index("model") * w
+        mine = (local >= 0) & (local < w)
+        picked = jnp.take_along_axis(logp, jnp.clip(local, 0, w - 1)[:, None], axis=-1)[:, 0]
+        picked = picked if bug == "xent_unmasked" else jnp.where(mine, picked, 0.0)  # BUG-SITE: xent_unmasked
+        return -jax.lax.psum(picked, "model")
+
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P(), P(None, "model"), P()), out_specs=P(), check_vma=False)
+    return JaxModel(xent, dist, mesh, [JaxInput("x", (t, d)), JaxInput("wv", (d, v), spec=(None, "model")), JaxInput("labels", (t,), "int32", int_range=(0, v))],
+                    description=f"vocab-parallel log_softmax + take_along_axis (clip), pmax/psum, TP {c}")
+
+
+def _rope(x: Any, pos: Any) -> Any:
+    """Rotary embedding (half-split form, as in MaxText / llama-jax): x [S, H, D], pos [S]."""
+    half = x.shape[-1] // 2
+    freq = 1.0 / (10000.0 ** (jnp.arange(half, dtype=jnp.float32) / half))
+    ang = pos[:, None].astype(jnp.float32) * freq[None, :]
+    sin, cos = jnp.sin(ang)[:, None, :], jnp.cos(ang)[:, None, :]
+    x1, x2 = x[..., :half], x[..., half:]
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+def sp_rope(ctx: JaxContext) -> JaxModel:
+    """Rotary embeddings under sequence parallelism: each rank's positions are
+    ``axis_index * s_local + arange(s_local)``; the rotated q/k stay sequence-sharded."""
+    s, h, hd, c = ctx.knob("seq", 16), ctx.knob("heads", 2), ctx.knob("head_dim", 8), ctx.knob("tp", 4)
+    mesh = ctx.mesh({"sp": c})
+    bug = ctx.variant
+
+    def base(q: Any, k: Any) -> Any:
+        pos = jnp.arange(s)
+        return _rope(q, pos), _rope(k, pos)
+
+    def per_device(q: Any, k: Any) -> Any:
+        n = q.shape[0]
+        pos = jax.lax.axis_index("sp") * (1 if bug == "rope_rank_offset" else n) + jnp.arange(n)  # BUG-SITE: rope_rank_offset
+        return _rope(q, pos), _rope(k, pos)
+
+    spec = ("sp", None, None)
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P(*spec), P(*spec)), out_specs=(P(*spec), P(*spec)), check_vma=False)
+    return JaxModel(base, dist, mesh, [JaxInput(n, (s, h, hd), spec=spec) for n in ("q", "k")], outputs=[spec, spec],
+                    description=f"rotary embedding, positions from axis_index, SP {c}")
