@@ -229,7 +229,10 @@ def _ring_attention_bf16(ctx: JaxContext, form: str) -> JaxModel:
     f32 = jnp.float32
 
     def attn(q: Any, k: Any, v: Any) -> Any:
-        p = jax.nn.softmax(_bf16_scores(q, k, form) / math.sqrt(hd), axis=-1)
+        if form == "bf16_max":
+            p = jax.nn.softmax((jnp.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd)).astype(f32), axis=-1)
+        else:
+            p = jax.nn.softmax(_bf16_scores(q, k, form) / math.sqrt(hd), axis=-1)
         return jnp.einsum("hqk,khd->qhd", p, v).astype(q.dtype)
 
     def per_device(q: Any, k: Any, v: Any) -> Any:
@@ -238,8 +241,12 @@ def _ring_attention_bf16(ctx: JaxContext, form: str) -> JaxModel:
         for step in range(c):
             if step:
                 k, v = jax.lax.ppermute(k, "sp", nxt), jax.lax.ppermute(v, "sp", nxt)
-            scores = _bf16_scores(q, k, form) / math.sqrt(hd)
-            bmax = scores.max(axis=-1, keepdims=True)
+            if form == "bf16_max":  # the block max taken on the bf16 scores, then widened
+                low = jnp.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd)
+                scores, bmax = low.astype(f32), low.max(axis=-1, keepdims=True).astype(f32)
+            else:
+                scores = _bf16_scores(q, k, form) / math.sqrt(hd)
+                bmax = scores.max(axis=-1, keepdims=True)
             if m is None:
                 m = bmax
                 p = jnp.exp(scores - m)
@@ -321,3 +328,8 @@ def ring_attention_causal(ctx: JaxContext) -> JaxModel:
     dist = shard_map(per_device, mesh=mesh, in_specs=(P(*spec),) * 3, out_specs=P(*spec), check_vma=False)
     return JaxModel(attn, dist, mesh, [JaxInput(n, (s, h, hd), spec=spec) for n in ("q", "k", "v")], outputs=[spec],
                     description=f"causal ring attention in shard_map, SP {c}")
+
+
+def ring_attention_bf16_max(ctx: JaxContext) -> JaxModel:
+    """Ring attention in bf16, scores scaled in bf16, each block's max taken in bf16, widened."""
+    return _ring_attention_bf16(ctx, "bf16_max")

@@ -49,6 +49,7 @@ from . import (
     argranks,
     argreduce,
     clampgather,
+    convmax,
     core,
     crossentropy,
     dotblock,
@@ -155,6 +156,7 @@ FAMILIES: list[Family] = [
     Family("gatherbatch", "gatherbatch.egg", gatherbatch.TABLES, gatherbatch.OPCODES, gatherbatch.instruction_rows),
     Family("ringfill", "ringfill.egg", ringfill.TABLES, ringfill.OPCODES, ringfill.instruction_rows),  # rot2, rred, osum, moves2x2: ring; fill: layout
     Family("dotscale", "dotscale.egg", dotscale.TABLES, graph_rows=dotscale.graph_rows),  # dotc2/moves1 rows of its new terms: core
+    Family("convmax", "convmax.egg", convmax.TABLES, graph_rows=convmax.graph_rows),  # ident: partition; shape rows of its baseline terms: core
 ]
 
 
