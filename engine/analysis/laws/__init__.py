@@ -73,6 +73,7 @@ from . import (
     ring,
     ringfill,
     ringrun,
+    rollring,
     scaling,
     scancarry,
     scatter,
@@ -156,6 +157,7 @@ FAMILIES: list[Family] = [
     Family("gatherbatch", "gatherbatch.egg", gatherbatch.TABLES, gatherbatch.OPCODES, gatherbatch.instruction_rows),
     Family("ringfill", "ringfill.egg", ringfill.TABLES, ringfill.OPCODES, ringfill.instruction_rows),  # rot2, rred, osum, moves2x2: ring; fill: layout
     Family("dotscale", "dotscale.egg", dotscale.TABLES, graph_rows=dotscale.graph_rows),  # dotc2/moves1 rows of its new terms: core
+    Family("rollring", "rollring.egg", rollring.TABLES, graph_rows=rollring.graph_rows),  # rpart, rot: ringcollect, permute
     Family("convmax", "convmax.egg", convmax.TABLES, graph_rows=convmax.graph_rows),  # ident: partition; shape rows of its baseline terms: core
 ]
 

@@ -1,0 +1,319 @@
+"""Tables of rules/rollring.egg: ring buffers of c rows moved by a rank-dependent roll.
+
+JAX users write a ring all-reduce on the chunks as a (c, w) array: ``jnp.roll(chunks, r + 1,
+axis=0)`` (a traced shift), ``chunks[::-1]``, ``chunks[k]``, ``chunks.at[k].add(got)``,
+``jnp.stack(rows)``, ``lax.dynamic_index_in_dim(chunks, (r - k) % c, 0)``, ``reshape(d)``. These
+lower to (jax 0.10):
+
+- ``jnp.roll`` by a traced shift s: ``dynamic-slice(concatenate(a, a), o, 0...)`` along the
+  axis, o = n - (s mod n) (Python's mod, with sign fix-ups), sizes = a's shape;
+- ``jnp.roll`` by a literal shift: ``concatenate(slice(a, [n-s:n]), slice(a, [0:n-s]))``;
+- ``a[::-1]``: ``reverse``; ``a[k]``: ``slice`` (extent 1) + a reshape dropping the unit dim;
+  ``a[(r - k) % c]`` / ``dynamic_index_in_dim``: ``dynamic-slice`` (extent 1) at a per-rank start;
+- ``a.at[k].add(u)`` / ``.set(u)``: a ``scatter`` at one literal index (add / overwrite);
+  ``lax.dynamic_update_index_in_dim``: ``dynamic-update-slice`` at a literal start;
+- ``jnp.stack`` of c rows: reshapes adding a unit dim, then ``concatenate``.
+
+Each of these moves whole rows of a buffer B of c rows along d, and is described here by what
+row j of its result is on rank r (r = the rank's index in its group; rank-dependent offsets
+are evaluated exactly on every device of every group and must agree across groups):
+
+``rvsplit(b, a, d)``        reshape b of a splits a's dim d (extent c·w) into (c, w) at (d, d+1)
+``rvmerge(m, b, d)``        reshape m of b merges b's dims (d, d+1) (extent c at d) back
+``rvmap(b, a, d, p, s, q)`` row j of b (same shape as a) is row (p·j + s·r + q) mod c of a, for
+                            every j and every rank r (reverse: p = c-1, q = c-1; roll: p = 1)
+``rvrow(u, b, d, s, q)``    u (b's shape, extent 1 at d) is row (s·r + q) mod c of b
+``rvsq(s, u, d)``           reshape s of u drops u's unit dim d (the other dims in order)
+``rvex(u, s, d)``           reshape u of s inserts a unit dim at d (the other dims in order)
+``rvupd(n, b, u, d, j, kind, unit)``  n is b with row j replaced by u (kind 0) or incremented
+                            by u (kind 1, an add of b's element type); unit 1: u has b's shape
+                            with extent 1 at d, 0: u is that row with d dropped
+``rvcat(n, d, i, u)``       concatenate n along d of c operands of extent 1: row i is u
+``rvrows(b, d, j)``         j in [0, c) for a buffer b that a rvupd reads (its rows one by one)
+
+Side conditions (soundness first): every offset is an exact integer evaluated per device
+(rankint's evaluator: each int type with its wrap) and clamped as XLA clamps dynamic-slice
+starts before the row map is read off; a row map is written only when it holds on all c ranks
+of every group; the roll's concatenate must be of one operand with itself along the rolled dim;
+starts of other dims must be 0 on every rank; rows are extent 1 (a whole-row move), so values
+only move (every dtype, NaN included); a buffer's rolled dim must have extent exactly c (the
+group size). Only programs that shift a ring (a collective-permute) get rows at all, so other
+programs pay one scan of their opcodes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..scatter import is_overwrite
+from .rankint import MAX_ELEMENTS, _Eval
+
+if TYPE_CHECKING:
+    from ..graph import Graphs, Node
+
+TABLES = ("rvsplit", "rvmerge", "rvmap", "rvrow", "rvsq", "rvex", "rvupd", "rvcat", "rvrows")
+
+Rows = dict[str, list[tuple[object, ...]]]
+
+
+def _split_dim(src: tuple[int, ...], out: tuple[int, ...], c: int) -> list[int]:
+    """Dims d where ``out`` is ``src`` with dim d split into (c, src[d] / c)."""
+    found = []
+    for d in range(len(src)):
+        if len(out) == len(src) + 1 and out[:d] == src[:d] and out[d] == c and out[d] * out[d + 1] == src[d] and out[d + 2 :] == src[d + 1 :]:
+            found.append(d)
+    return found
+
+
+def _unit_dim(src: tuple[int, ...], out: tuple[int, ...]) -> list[int]:
+    """Dims d where ``out`` is ``src`` with a unit dim inserted at d."""
+    return [d for d in range(len(out)) if out[d] == 1 and out[:d] + out[d + 1 :] == src]
+
+
+def _whole_but(sizes: list[int], dims: tuple[int, ...], d: int, n: int) -> bool:
+    return len(sizes) == len(dims) and sizes[d] == n and all(s == m for i, (s, m) in enumerate(zip(sizes, dims, strict=True)) if i != d)
+
+
+def _row_form(seq: list[int], c: int) -> tuple[int, int] | None:
+    """(s, q) in [0, c) with seq[r] == (s·r + q) mod c for every rank r, or None."""
+    if len(seq) != c or any(not 0 <= v < c for v in seq):
+        return None
+    q = seq[0]
+    s = (seq[1] - q) % c if c > 1 else 0
+    return (s, q) if all(v == (s * r + q) % c for r, v in enumerate(seq)) else None
+
+
+class _PerRank:
+    """Exact per-rank values of rank-dependent scalars (rankint's evaluator), agreed across
+    every group's device r; None when a value is unknown on some device or differs between
+    groups (a function of the group, not of the rank)."""
+
+    def __init__(self, g: Graphs) -> None:
+        import numpy as np
+
+        self.np = np
+        self.evals = [[_Eval(np, g, {"rank": r, "device": grp[r] if r < len(grp) else None}, MAX_ELEMENTS) for grp in g.spec.groups] for r in range(g.spec.c)]
+
+    def scalar(self, gid: int) -> list[int] | None:
+        out: list[int] = []
+        for per_group in self.evals:
+            vals = set()
+            for ev in per_group:
+                v = ev.value(gid)
+                if v is None or getattr(v, "size", 0) != 1:
+                    return None
+                vals.add(int(v.reshape(())))
+            if len(vals) != 1:
+                return None
+            out.append(vals.pop())
+        return out
+
+
+def graph_rows(rows: Rows, g: Graphs) -> None:
+    c = g.spec.c
+    if c < 2 or not any(i.opcode == "collective-permute" for i in g.distributed.entry.instructions):
+        return  # no ring: these laws never apply (the gate of the family)
+    dist = [n for n in g.nodes if n.side == "distributed"]
+    if not any(n.ins.opcode in ("reshape", "concatenate") for n in dist):
+        return
+    users: dict[int, list[Node]] = {}
+    for n in dist:
+        for o in n.operands:
+            users.setdefault(o, []).append(n)
+    shape = lambda gid: tuple(g.nodes[gid].ins.shape.dims)  # noqa: E731
+    per_rank: list[_PerRank] = []
+
+    def values(gid: int) -> list[int] | None:
+        if not per_rank:
+            per_rank.append(_PerRank(g))
+        return per_rank[0].scalar(gid)
+
+    # Buffers: (gid, d) with extent c at d, reached from a split reshape or a stack of c rows.
+    buffers: set[tuple[int, int]] = set()
+    todo: list[tuple[int, int]] = []
+
+    def buffer(gid: int, d: int) -> None:
+        if (gid, d) not in buffers:
+            buffers.add((gid, d))
+            todo.append((gid, d))
+
+    for n in dist:
+        ins = n.ins
+        if ins.shape.is_tuple or not n.operands:
+            continue
+        if ins.opcode == "reshape":
+            for d in _split_dim(shape(n.operands[0]), tuple(ins.shape.dims), c):
+                rows["rvsplit"].append((n.gid, n.operands[0], d))
+                buffer(n.gid, d)
+        elif ins.opcode == "concatenate" and len(n.operands) == c:
+            d = int(ins.parsed.get("dimensions", [-1])[0])
+            if 0 <= d < ins.shape.rank and ins.shape.dims[d] == c and all(shape(o)[d] == 1 for o in n.operands):
+                for i, o in enumerate(n.operands):
+                    rows["rvcat"].append((n.gid, d, i, o))
+                    _unit_source(rows, g, o, d)
+                buffer(n.gid, d)
+    while todo:
+        b, d = todo.pop()
+        dims = shape(b)
+        for u in users.get(b, []):
+            ins, op = u.ins, u.ins.opcode
+            if op == "reverse" and [int(x) for x in ins.parsed.get("dimensions", [])] == [d]:
+                rows["rvmap"].append((u.gid, b, d, c - 1, 0, c - 1))
+                buffer(u.gid, d)
+            elif op == "reshape" and len(dims) == ins.shape.rank + 1 and tuple(ins.shape.dims) == (*dims[:d], dims[d] * dims[d + 1], *dims[d + 2 :]):
+                rows["rvmerge"].append((u.gid, b, d))
+            elif op == "concatenate" and u.operands and all(o == b for o in u.operands):
+                for ds in users.get(u.gid, []):
+                    _dynamic_roll(rows, ds, u, b, d, c, values, buffer)
+            elif op == "slice":
+                for cat in users.get(u.gid, []):
+                    if cat.ins.opcode == "concatenate":
+                        _static_roll(rows, g, cat, d, c, buffer)
+                sl = ins.parsed.get("slice") or []
+                if len(sl) == len(dims) and all(int(st) == 1 for _, _, st in sl) and int(sl[d][1]) - int(sl[d][0]) == 1 and all(
+                        int(a) == 0 and int(e) == m for i, ((a, e, _), m) in enumerate(zip(sl, dims, strict=True)) if i != d):
+                    rows["rvrow"].append((u.gid, b, d, 0, int(sl[d][0])))
+                    _squeezes(rows, users, u, d)
+            elif op == "dynamic-slice" and u.operands[0] == b:
+                sizes = [int(x) for x in ins.parsed.get("dynamic_slice_sizes", [])]
+                if _whole_but(sizes, dims, d, 1) and len(u.operands) == 1 + len(dims):
+                    form = _start_form(u.operands[1:], d, c - 1, c, values)
+                    if form is not None:
+                        rows["rvrow"].append((u.gid, b, d, *form))
+                        _squeezes(rows, users, u, d)
+            elif op == "dynamic-update-slice" and u.operands[0] == b and len(u.operands) == 2 + len(dims):
+                if _whole_but(list(shape(u.operands[1])), dims, d, 1):
+                    form = _start_form(u.operands[2:], d, c - 1, c, values)
+                    if form is not None and form[0] == 0:
+                        _update(rows, g, u, b, u.operands[1], d, form[1], 0, 1, c, buffer)
+            elif op == "scatter" and u.operands[0] == b and len(u.operands) == 3:
+                _scatter(rows, g, u, b, d, c, values, buffer)
+
+
+def _unit_source(rows: Rows, g: Graphs, u: int, d: int) -> None:
+    n = g.nodes[u]
+    if n.ins.opcode == "reshape" and len(n.operands) == 1:
+        for e in _unit_dim(tuple(g.nodes[n.operands[0]].ins.shape.dims), tuple(n.ins.shape.dims)):
+            if e == d:
+                rows["rvex"].append((u, n.operands[0], d))
+
+
+def _squeezes(rows: Rows, users: dict[int, list[Any]], u: Any, d: int) -> None:
+    dims = tuple(u.ins.shape.dims)
+    for s in users.get(u.gid, []):
+        if s.ins.opcode == "reshape" and tuple(s.ins.shape.dims) == dims[:d] + dims[d + 1 :]:
+            rows["rvsq"].append((s.gid, u.gid, d))
+
+
+def _start_form(starts: list[int], d: int, hi: int, c: int, values: Any) -> tuple[int, int] | None:
+    """(s, q): the start along d is (s·r + q) mod c on every rank after XLA's clamp to [0, hi];
+    the starts of the other dims are 0 on every rank."""
+    form: tuple[int, int] | None = None
+    for i, st in enumerate(starts):
+        seq = values(st)
+        if seq is None:
+            return None
+        seq = [min(max(v, 0), hi) for v in seq]  # XLA clamps starts into the operand
+        if i != d and any(v != 0 for v in seq):
+            return None
+        if i == d:
+            form = _row_form(seq, c)
+    return form
+
+
+def _dynamic_roll(rows: Rows, ds: Any, cat: Any, a: int, d: int, c: int, values: Any, buffer: Any) -> None:
+    """``dynamic-slice(concatenate(a, a) along d, starts)`` of a's shape: row j is row
+    (j + o) mod c of a, o the start along d clamped to [0, c]."""
+    ins = cat.ins
+    if len(cat.operands) != 2 or int(ins.parsed.get("dimensions", [-1])[0]) != d:
+        return
+    if ds.ins.opcode != "dynamic-slice" or ds.operands[0] != cat.gid or len(ds.operands) != 1 + ds.ins.shape.rank:
+        return
+    dims = tuple(ds.ins.shape.dims)
+    if [int(x) for x in ds.ins.parsed.get("dynamic_slice_sizes", [])] != list(dims):
+        return
+    offs: list[int] = []
+    for i, st in enumerate(ds.operands[1:]):
+        seq = values(st)
+        if seq is None:
+            return
+        seq = [min(max(v, 0), (2 * c if i == d else dims[i]) - dims[i]) for v in seq]
+        if i != d and any(v != 0 for v in seq):
+            return
+        if i == d:
+            offs = [v % c for v in seq]
+    form = _row_form(offs, c)
+    if form is None:
+        return
+    rows["rvmap"].append((ds.gid, a, d, 1, *form))
+    buffer(ds.gid, d)
+
+
+def _static_roll(rows: Rows, g: Graphs, cat: Any, d: int, c: int, buffer: Any) -> None:
+    """A concatenate along d of literal slices of one buffer (whole along every other dim):
+    ``jnp.roll`` by a literal shift. Row j is row (p·j + q) mod c, p = 1 or c - 1."""
+    ins = cat.ins
+    if int(ins.parsed.get("dimensions", [-1])[0]) != d or tuple(ins.shape.dims)[d] != c:
+        return
+    src: list[int] = []
+    base: int | None = None
+    for o in cat.operands:
+        n = g.nodes[o]
+        sl = n.ins.parsed.get("slice") or []
+        if n.ins.opcode != "slice" or len(n.operands) != 1 or (base is not None and n.operands[0] != base):
+            return
+        base = n.operands[0]
+        dims = tuple(g.nodes[base].ins.shape.dims)
+        if len(sl) != len(dims) or dims != tuple(ins.shape.dims) or any(int(st) != 1 for _, _, st in sl):
+            return
+        if any(int(a) != 0 or int(e) != m for i, ((a, e, _), m) in enumerate(zip(sl, dims, strict=True)) if i != d):
+            return
+        src.extend(range(int(sl[d][0]), int(sl[d][1])))
+    if base is None or len(src) != c:
+        return
+    for p in (1, c - 1):
+        q = src[0]
+        if all(v == (p * j + q) % c for j, v in enumerate(src)):
+            rows["rvmap"].append((cat.gid, base, d, p, 0, q))
+            buffer(cat.gid, d)
+            return
+
+
+def _update(rows: Rows, g: Graphs, n: Any, b: int, u: int, d: int, j: int, kind: int, unit: int, c: int, buffer: Any) -> None:
+    rows["rvupd"].append((n.gid, b, u, d, j, kind, unit))
+    rows["rvrows"].extend((b, d, k) for k in range(c))
+    if unit:
+        _unit_source(rows, g, u, d)
+    buffer(n.gid, d)
+
+
+def _scatter(rows: Rows, g: Graphs, n: Any, b: int, d: int, c: int, values: Any, buffer: Any) -> None:
+    """``a.at[j].add(u)`` / ``.set(u)``: one literal index j into dim d, the update a whole row."""
+    p = n.ins.parsed
+    reducer = p.get("reducer")
+    kind = 1 if reducer == "add" else 0 if is_overwrite(reducer) else -1
+    if kind < 0 or p.get("input_batching_dims") or p.get("scatter_indices_batching_dims"):
+        return
+    dims = tuple(n.ins.shape.dims)
+    idx, upd = n.operands[1], n.operands[2]
+    idims, udims = tuple(g.nodes[idx].ins.shape.dims), tuple(g.nodes[upd].ins.shape.dims)
+    try:
+        uwd = [int(x) for x in p.get("update_window_dims", [])]
+        iwd = [int(x) for x in p.get("inserted_window_dims", [])]
+        sdo = [int(x) for x in p.get("scatter_dims_to_operand_dims", [])]
+        ivd = int(p["index_vector_dim"])
+    except (KeyError, TypeError, ValueError):
+        return
+    if sdo != [d] or g.nodes[upd].ins.shape.dtype != n.ins.shape.dtype:
+        return
+    if idims not in ((), (1,)) or (idims == (1,) and ivd != 0) or (idims == () and ivd != 0):
+        return  # one index vector of one component
+    seq = values(idx)
+    if seq is None or len(set(seq)) != 1 or not 0 <= seq[0] < c:
+        return  # the same literal row on every rank, inside the buffer (XLA drops others)
+    j = seq[0]
+    rest = dims[:d] + dims[d + 1 :]
+    if iwd == [d] and udims == rest and uwd == list(range(len(rest))):
+        _update(rows, g, n, b, upd, d, j, kind, 0, c, buffer)
+    elif not iwd and udims == (*dims[:d], 1, *dims[d + 1 :]) and uwd == list(range(len(dims))):
+        _update(rows, g, n, b, upd, d, j, kind, 1, c, buffer)
