@@ -270,6 +270,26 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
     # all-gather restores, related for localization only.
     for (xp,) in tables["fsdppiece"]:
         add_dist_only(xp, "one layer's slice of an FSDP-split input (its all-gather restores the layer)", "fsdpslice/piece")
+    # Rows of a rolled ring buffer (rules/rollring.egg) and chunks of a ring's partial sums
+    # (rules/ringcollect.egg's rpart): related for localization only. A buffer counts once
+    # every one of its rows is known, so a ring step that writes a wrong row is found where it
+    # writes, not where the buffer is cut or rolled back.
+    try:
+        rv = session.rows(["rvzu", "rvpu", "rvz", "rvp", "rpart"])
+    except KeyError:  # the family is not registered (bench/scale.py --without rollring)
+        rv = {"rvzu": [], "rvpu": [], "rvz": [], "rvp": [], "rpart": []}
+    for x, bp, _d, a, s, b, *_rest in rv["rvzu"] + rv["rvpu"]:
+        add_dist_only(bp, f"ring buffer: row j is block ({a}*j + {s}*r + {b}) mod c of {_bname(x)}", "rollring/rows")
+    rows_known: dict[object, dict[int, str]] = {}
+    for x, bp, d, j, s, k, *rest in rv["rvz"] + rv["rvp"]:
+        terms = f" (terms {_mask(rest[0])})" if rest else ""
+        rows_known.setdefault((bp, int(d)), {})[int(j)] = f"row {j} is block ({s}*r + {k}) mod c of {_bname(x)}{terms}"  # type: ignore[call-overload]
+    for (bp, d), known_rows in rows_known.items():
+        gids = members.get(cls_of_value.get(bp, -1), [])
+        if gids and len(known_rows) == g.nodes[gids[0]].ins.shape.dims[d]:
+            add_dist_only(bp, "ring buffer: " + "; ".join(known_rows[j] for j in sorted(known_rows)), "rollring/rows")
+    for x, xp, e, ka, m, *_rest in rv["rpart"]:
+        add_dist_only(xp, f"block (r+{ka}) mod c along dim {e} of a sum over the terms {_mask(m)} of {_bname(x)}", "ringcollect/chunk")
     bijections.sort(key=lambda b: (str(b["distributed"]), str(b["baseline"])))
     return Facts(by_dist, classes, members, bijections)
 
