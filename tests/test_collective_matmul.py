@@ -6,8 +6,7 @@ reduce-scatter form with the moving accumulator) and the bandwidth-optimal ring 
 
 Every correct form verifies and names the ring law it used; every mutant (a chunk index off by
 one, one step short, the ring turned the other way) is diverged with a numeric witness. The
-jnp.roll spelling of the ring all-reduce is not proven yet: it is checked to stay unproven,
-numerically equal, never verified by accident.
+jnp.roll spelling of the ring all-reduce (rules/rollring.egg) too.
 """
 
 from __future__ import annotations
@@ -97,16 +96,23 @@ def test_int32_ring_allreduce(tmp_path: Path, variant: str | None) -> None:
     assert r["verdict"] == ("diverged" if variant else "verified"), r["stdout"][-3000:]
 
 
-def test_roll_spelling_stays_unproven_and_equal(tmp_path: Path) -> None:
-    # Not proven yet (jnp.roll by the rank: a reverse and a rank-dependent roll of the chunk
-    # array); it must not verify, and the witness finds it equal.
-    r = _check(tmp_path, "ring_allreduce_roll", None)
-    assert r["verdict"] == "unproven", r["stdout"][-3000:]
+@pytest.mark.parametrize("variant", [None, "wrong_chunk", "one_step_short", "wrong_direction"])
+def test_roll_spelling_verified_and_its_mutants_diverged(tmp_path: Path, variant: str | None) -> None:
+    # jnp.roll by the rank (a reverse, then a dynamic-slice of the chunk array concatenated with
+    # itself at a per-rank offset) is an affine row map (rules/rollring.egg); its rows leave as
+    # the ring's chunks (rpart) and the reduced rows, rolled back, are the whole sum. Every
+    # mutant is diverged with a confirmed witness.
+    r = _check(tmp_path, "ring_allreduce_roll", variant)
+    if variant is None:
+        assert r["verdict"] == "verified", r["stdout"][-3000:]
+        for law in ("rollring/rows-of-a-split-buffer", "rollring/row-of-a-rolled-buffer", "rollring/ring-rows-back-in-order"):
+            assert law in _rules(r), law
+        return
+    assert r["verdict"] == "diverged", r["stdout"][-3000:]
     w = r["witness"]
-    assert isinstance(w, dict) and w["status"] == "equal", w
-    for variant in ("wrong_chunk", "one_step_short", "wrong_direction"):
-        m = _check(tmp_path, "ring_allreduce_roll", variant)
-        assert m["verdict"] == "diverged", m["stdout"][-3000:]
+    assert isinstance(w, dict) and w["status"] == "confirmed", w
+    if variant == "wrong_direction":  # the chunk from the wrong neighbour is added into its row
+        assert any(d["instruction"].startswith("%scatter") for d in r["divergences"]), r["divergences"]  # type: ignore[union-attr]
 
 
 def test_jax_ring_attention_verified_and_its_bug_at_its_line(tmp_path: Path) -> None:
