@@ -2252,3 +2252,134 @@ def dotscale(rng: random.Random) -> Program:
 
 
 FAMILIES["dotscale"] = dotscale
+
+
+# ---- a float convert moved through a reduce max/min (rules/convmax.egg) ------------------------
+
+
+def convmax(rng: random.Random) -> Program:
+    """One program takes the max (min) of x in its own type and converts it, the other converts
+    x to the other float type and reduces there (either program in either form). Two shapes: the
+    reduce along a whole dim (rows sharded), or along the sharded dim itself (a partial extreme,
+    all-reduced in the new type over drawn groups: DP x TP included); JAX's keepdims reshape
+    between reduce and convert or not. Drawn: the two types (bf16/f16/f32/f64, narrowing and
+    widening), the reducer, the groups, and the near misses: the convert moved across a SUM
+    (not monotone: the sum rounds in the other type), the reduce started from 0 (no identity of
+    max/min), the reduce along the other dim, the convert into s32 (a float->int convert)."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    src, dst = rng.sample(["bf16", "f16", "f32", "f64"], 2)
+    op = rng.choice(["maximum", "minimum"])
+    defect = rng.choice(["none"] * 4 + ["sum", "init", "dim", "int"])
+    if defect == "sum":
+        op = "add"
+    if defect == "int":
+        dst = "s32"
+    across = rng.random() < 0.4
+    keep = rng.random() < 0.5 and not across
+    flip = rng.random() < 0.5 and not across  # the baseline converts the reduce, the ranks reduce converted values
+    m, n = rng.choice([1, 2]), 3
+    rows = c * m
+    red = "mxd" if op != "add" else "sumd"
+
+    def reduce_then_convert(x: str, r: int, k: int, dim: int, init: str) -> list[str]:
+        out = r if dim == 1 else k
+        lines = [f"  %lo = {src}[] constant({init})",
+                 f"  %r = {src}[{out}] reduce({src}[{r},{k}] {x}, {src}[] %lo), dimensions={{{dim}}}, to_apply=%mxs"]
+        if keep:  # JAX's keepdims max: reduce, reshape to [rows, 1], then the convert
+            lines.append(f"  %u = {src}[{out},1] reshape({src}[{out}] %r)")
+            lines.append(f"  %cv = {dst}[{out},1] convert({src}[{out},1] %u)")
+        else:
+            lines.append(f"  %cv = {dst}[{out}] convert({src}[{out}] %r)")
+        return lines
+
+    def convert_then_reduce(x: str, r: int, k: int, dim: int) -> list[str]:
+        out = r if dim == 1 else k
+        init = _identity(op, dst) if dst != "s32" else ("0" if op == "add" else str(RANGES["s32"][0 if op == "maximum" else 1]))
+        lines = [f"  %cx = {dst}[{r},{k}] convert({src}[{r},{k}] {x})", f"  %lo2 = {dst}[] constant({init})",
+                 f"  %cr = {dst}[{out}] reduce({dst}[{r},{k}] %cx, {dst}[] %lo2), dimensions={{{dim}}}, to_apply=%{red}"]
+        if keep:
+            return [*lines, f"  %cv = {dst}[{out},1] reshape({dst}[{out}] %cr)"]
+        return [*lines, f"  %cv = {dst}[{out}] copy({dst}[{out}] %cr)"]
+
+    init = "0" if defect in ("init",) or op == "add" else _identity(op, src)
+    reducers = _reducer("mxs", op, src) + _reducer(red, op, dst)
+    if across:
+        # The ranks reduce their block of rows (dim 0, the sharded one), convert, and all-reduce.
+        dim = 1 if defect == "dim" else 0
+        body = reduce_then_convert("%x", m, n, dim, init)
+        outn = n if dim == 0 else m
+        body.append(f"  ROOT %o = {dst}[{outn}] all-reduce({dst}[{outn}] %cv), channel_id=1, replica_groups={_groups_text(groups)}, use_global_device_ids=true, to_apply=%{red}")
+        base = convert_then_reduce("%x", rows, n, 0) + [f"  ROOT %o = {dst}[{n}] copy({dst}[{n}] %cv)"]
+        bout, dout = f"{dst}[{n}]", f"{dst}[{outn}]"
+        out_rel: dict[str, Any] = {"baseline": 0, "distributed": 0, "relation": "duplicate"}
+    else:
+        bdim = 1
+        ddim = 0 if defect == "dim" else 1
+        if flip:
+            base = reduce_then_convert("%x", rows, n, bdim, init)
+            body = convert_then_reduce("%x", m, n, ddim)
+        else:
+            base = convert_then_reduce("%x", rows, n, bdim)
+            body = reduce_then_convert("%x", m, n, ddim, init)
+        outd = m if ddim == 1 else n
+        unit = ",1" if keep else ""
+        base.append(f"  ROOT %o = {dst}[{rows}{unit}] copy({dst}[{rows}{unit}] %cv)")
+        body.append(f"  ROOT %o = {dst}[{outd}{unit}] copy({dst}[{outd}{unit}] %cv)")
+        bout, dout = f"{dst}[{rows}{unit}]", f"{dst}[{outd}{unit}]"
+        out_rel = {"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 0}
+    head = f"\nENTRY %main (x: {src}[{{}},{n}]) -> {{}} {{{{\n  %x = {src}[{{}},{n}] parameter(0)\n"
+    btext = "HloModule cm_base\n\n" + reducers + head.format(rows, bout, rows) + "\n".join(base) + "\n}\n"
+    dtext = "HloModule cm_dist\n\n" + reducers + head.format(m, dout, m) + "\n".join(body) + "\n}\n"
+    rel = {"groups": groups, "inputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 0}], "outputs": [out_rel]}
+    where = "across the sharded dim, all-reduced" if across else ("baseline converts the reduce" if flip else "ranks convert the reduce")
+    return Program("convmax", f"{src}->{dst} {op} {where}{' keepdims' if keep else ''}, defect {defect} (groups {groups})", btext, dtext, rel)
+
+
+FAMILIES["convmax"] = convmax
+
+
+# ---- a reshape undone on the other side (rules/reshapeback.egg) ----------------------------------
+
+
+def reshapeback(rng: random.Random) -> Program:
+    """LayerNorm's rows after a row-parallel all-reduce, as torch-xla writes them: the baseline
+    views rows w [N, H] as x [B, S, H] (and its norm views x back as [N, H], a chain the
+    normalizer composes to w), the rank all-reduces its partial x and reshapes the result to
+    [N, H]. Drawn: the element type (narrow, unsigned, float), B, S, H, the groups (DP x TP
+    included), the norm's [1, N, H] view or not; defects: the rank's rows transposed (S, B)
+    before the reshape back, reversed, rotated by one row, the all-reduce over other groups."""
+    groups = _layout(rng)
+    t = rng.choice(["f32", "bf16", "s32", "s8", "u8", "f16"])
+    b, s, h = rng.choice([2, 3]), rng.choice([2, 4]), rng.choice([1, 3, 8])
+    n = b * s
+    defect = rng.choice(["none"] * 5 + ["transpose", "reverse", "rotate", "groups"])
+    xs, ws = f"{t}[{b},{s},{h}]", f"{t}[{n},{h}]"
+    view = rng.choice([True, False])
+    chain = (f"  %u = {t}[1,{n},{h}] reshape({xs} %x)\n  %y = {ws} reshape({t}[1,{n},{h}] %u)\n" if view
+             else f"  %y = {ws} reshape({xs} %x)\n")
+    base = (f"HloModule rb_base\n\nENTRY %main (w: {ws}) -> ({xs}, {ws}) {{\n  %w = {ws} parameter(0)\n"
+            f"  %x = {xs} reshape({ws} %w)\n" + chain
+            + f"  %o = {ws} add({ws} %y, {ws} %y)\n  ROOT %r = ({xs}, {ws}) tuple({xs} %x, {ws} %o)\n}}\n")
+    g2 = _other_groups(rng, groups) if defect == "groups" else groups
+    lines = [f"  %w = {ws} parameter(0)", f"  %p = {xs} reshape({ws} %w)",
+             f"  %a = {xs} all-reduce({xs} %p), channel_id=1, replica_groups={_groups_text(g2)}, use_global_device_ids=true, to_apply=%sum"]
+    if defect == "transpose":
+        lines += [f"  %q = {t}[{s},{b},{h}] transpose({xs} %a), dimensions={{1,0,2}}", f"  %z = {ws} reshape({t}[{s},{b},{h}] %q)"]
+    else:
+        lines.append(f"  %z = {ws} reshape({xs} %a)")
+    if defect == "reverse":
+        lines.append(f"  %z2 = {ws} reverse({ws} %z), dimensions={{0}}")
+    elif defect == "rotate":
+        lines += [f"  %t0 = {t}[{n - 1},{h}] slice({ws} %z), slice={{[1:{n}], [0:{h}]}}", f"  %t1 = {t}[1,{h}] slice({ws} %z), slice={{[0:1], [0:{h}]}}",
+                  f"  %z2 = {ws} concatenate({t}[{n - 1},{h}] %t0, {t}[1,{h}] %t1), dimensions={{0}}"]
+    else:
+        lines.append(f"  %z2 = {ws} copy({ws} %z)")
+    lines += [f"  %o = {ws} add({ws} %z2, {ws} %z2)", f"  ROOT %r = ({xs}, {ws}) tuple({xs} %a, {ws} %o)"]
+    dist = f"HloModule rb_dist\n\n{_reducer('sum', 'add', t)}\nENTRY %main (w: {ws}) -> ({xs}, {ws}) {{\n" + "\n".join(lines) + "\n}\n"
+    rel = {"groups": groups, "inputs": [{"baseline": 0, "distributed": 0, "relation": "partial", "op": "add"}],
+           "outputs": [{"baseline": i, "distributed": i, "relation": "duplicate"} for i in range(2)]}
+    return Program("reshapeback", f"{t} rows [{n},{h}] as [{b},{s},{h}]{' via [1,N,H]' if view else ''}, defect {defect} (groups {g2})", base, dist, rel)
+
+
+FAMILIES["reshapeback"] = reshapeback
