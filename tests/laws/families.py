@@ -2310,7 +2310,7 @@ def convmax(rng: random.Random) -> Program:
         body = reduce_then_convert("%x", m, n, dim, init)
         outn = n if dim == 0 else m
         body.append(f"  ROOT %o = {dst}[{outn}] all-reduce({dst}[{outn}] %cv), channel_id=1, replica_groups={_groups_text(groups)}, use_global_device_ids=true, to_apply=%{red}")
-        base = convert_then_reduce("%x", rows, n, 0) + [f"  ROOT %o = {dst}[{n}] copy({dst}[{n}] %cv)"]
+        base = [*convert_then_reduce("%x", rows, n, 0), f"  ROOT %o = {dst}[{n}] copy({dst}[{n}] %cv)"]
         bout, dout = f"{dst}[{n}]", f"{dst}[{outn}]"
         out_rel: dict[str, Any] = {"baseline": 0, "distributed": 0, "relation": "duplicate"}
     else:
