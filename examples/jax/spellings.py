@@ -327,9 +327,48 @@ def ring_attention_causal(ctx: JaxContext) -> JaxModel:
     spec = ("sp", None, None)
     dist = shard_map(per_device, mesh=mesh, in_specs=(P(*spec),) * 3, out_specs=P(*spec), check_vma=False)
     return JaxModel(attn, dist, mesh, [JaxInput(n, (s, h, hd), spec=spec) for n in ("q", "k", "v")], outputs=[spec],
-                    description=f"causal ring attention in shard_map, SP {c}")
+                    description=f"causal ring attention in shard_map, masked scores {fill}, SP {c}")
+
+
+def ring_attention_causal(ctx: JaxContext) -> JaxModel:
+    """Causal ring attention, masked scores -inf (``jnp.where(q_pos >= k_pos, s, -jnp.inf)``)."""
+    return _ring_attention_causal(ctx, -jnp.inf)
+
+
+def ring_attention_causal_finfo(ctx: JaxContext) -> JaxModel:
+    """Causal ring attention, masked scores ``jnp.finfo(dtype).min`` (flax's big negative)."""
+    return _ring_attention_causal(ctx, float(jnp.finfo(jnp.float32).min))
 
 
 def ring_attention_bf16_max(ctx: JaxContext) -> JaxModel:
     """Ring attention in bf16, scores scaled in bf16, each block's max taken in bf16, widened."""
     return _ring_attention_bf16(ctx, "bf16_max")
+
+
+def ring_allreduce_roll(ctx: JaxContext) -> JaxModel:
+    """A ring all-reduce on the chunks as a (c, w) array, rolled by the rank with ``jnp.roll`` so
+    that the chunk a rank sends at step k is always row k (row k of ``mine`` is chunk
+    (r + k) mod c); the ring turns towards the previous rank. After c - 1 steps row c - 1 is
+    reduced; it is passed round again, and the gathered rows, stacked, are rolled back."""
+    rows, d, c = ctx.knob("rows", 16), ctx.knob("hidden", 8), ctx.knob("tp", 4)
+    w = d // c
+    mesh = ctx.mesh({"tp": c})
+    bug = ctx.variant
+    back = [(i, (i - 1) % c) for i in range(c)]
+
+    def base(x: Any) -> Any:
+        return x.sum(axis=0)
+
+    def per_device(x: Any) -> Any:
+        r = jax.lax.axis_index("tp")
+        mine = jnp.roll(x.sum(axis=0).reshape(c, w), -r, axis=0)
+        for k in range(c - 1):  # reduce-scatter: rank r + 1's row k is chunk (r + 1 + k) mod c
+            mine = mine.at[k + 1].add(jax.lax.ppermute(mine[k], "tp", back))
+        out = [mine[c - 1]]  # chunk (r - 1) mod c, summed over every rank
+        for _ in range(c - 1):
+            out.append(jax.lax.ppermute(out[-1], "tp", back))
+        full = jnp.stack(out)  # row i: chunk (r - 1 + i) mod c
+        return jnp.roll(full, r if bug == "roll_back_off_by_one" else r - 1, axis=0).reshape(d)  # BUG-SITE: roll_back_off_by_one
+
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P("tp", None),), out_specs=P(), check_vma=False)
+    return JaxModel(base, dist, mesh, [JaxInput("x", (rows, d), spec=("tp", None))], description=f"ring all-reduce with jnp.roll chunk rows, {c} ranks")
