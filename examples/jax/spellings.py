@@ -327,7 +327,7 @@ def ring_attention_causal(ctx: JaxContext) -> JaxModel:
     spec = ("sp", None, None)
     dist = shard_map(per_device, mesh=mesh, in_specs=(P(*spec),) * 3, out_specs=P(*spec), check_vma=False)
     return JaxModel(attn, dist, mesh, [JaxInput(n, (s, h, hd), spec=spec) for n in ("q", "k", "v")], outputs=[spec],
-                    description=f"causal ring attention in shard_map, masked scores {fill}, SP {c}")
+                    description=f"causal ring attention in shard_map, SP {c}")
 
 
 def ring_attention_causal(ctx: JaxContext) -> JaxModel:
