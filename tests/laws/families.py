@@ -2383,3 +2383,49 @@ def reshapeback(rng: random.Random) -> Program:
 
 
 FAMILIES["reshapeback"] = reshapeback
+
+
+# ---- a reshape undone on the other side (rules/reshapeback.egg) ----------------------------------
+
+
+def reshapeback(rng: random.Random) -> Program:
+    """LayerNorm's rows after a row-parallel all-reduce, as torch-xla writes them: the baseline
+    views rows w [N, H] as x [B, S, H] (and its norm views x back as [N, H], a chain the
+    normalizer composes to w), the rank all-reduces its partial x and reshapes the result to
+    [N, H]. Drawn: the element type (narrow, unsigned, float), B, S, H, the groups (DP x TP
+    included), the norm's [1, N, H] view or not; defects: the rank's rows transposed (S, B)
+    before the reshape back, reversed, rotated by one row, the all-reduce over other groups."""
+    groups = _layout(rng)
+    t = rng.choice(["f32", "bf16", "s32", "s8", "u8", "f16"])
+    b, s, h = rng.choice([2, 3]), rng.choice([2, 4]), rng.choice([1, 3, 8])
+    n = b * s
+    defect = rng.choice(["none"] * 5 + ["transpose", "reverse", "rotate", "groups"])
+    xs, ws = f"{t}[{b},{s},{h}]", f"{t}[{n},{h}]"
+    view = rng.choice([True, False])
+    chain = (f"  %u = {t}[1,{n},{h}] reshape({xs} %x)\n  %y = {ws} reshape({t}[1,{n},{h}] %u)\n" if view
+             else f"  %y = {ws} reshape({xs} %x)\n")
+    base = (f"HloModule rb_base\n\nENTRY %main (w: {ws}) -> ({xs}, {ws}) {{\n  %w = {ws} parameter(0)\n"
+            f"  %x = {xs} reshape({ws} %w)\n" + chain
+            + f"  %o = {ws} add({ws} %y, {ws} %y)\n  ROOT %r = ({xs}, {ws}) tuple({xs} %x, {ws} %o)\n}}\n")
+    g2 = _other_groups(rng, groups) if defect == "groups" else groups
+    lines = [f"  %w = {ws} parameter(0)", f"  %p = {xs} reshape({ws} %w)",
+             f"  %a = {xs} all-reduce({xs} %p), channel_id=1, replica_groups={_groups_text(g2)}, use_global_device_ids=true, to_apply=%sum"]
+    if defect == "transpose":
+        lines += [f"  %q = {t}[{s},{b},{h}] transpose({xs} %a), dimensions={{1,0,2}}", f"  %z = {ws} reshape({t}[{s},{b},{h}] %q)"]
+    else:
+        lines.append(f"  %z = {ws} reshape({xs} %a)")
+    if defect == "reverse":
+        lines.append(f"  %z2 = {ws} reverse({ws} %z), dimensions={{0}}")
+    elif defect == "rotate":
+        lines += [f"  %t0 = {t}[{n - 1},{h}] slice({ws} %z), slice={{[1:{n}], [0:{h}]}}", f"  %t1 = {t}[1,{h}] slice({ws} %z), slice={{[0:1], [0:{h}]}}",
+                  f"  %z2 = {ws} concatenate({t}[{n - 1},{h}] %t0, {t}[1,{h}] %t1), dimensions={{0}}"]
+    else:
+        lines.append(f"  %z2 = {ws} copy({ws} %z)")
+    lines += [f"  %o = {ws} add({ws} %z2, {ws} %z2)", f"  ROOT %r = ({xs}, {ws}) tuple({xs} %a, {ws} %o)"]
+    dist = f"HloModule rb_dist\n\n{_reducer('sum', 'add', t)}\nENTRY %main (w: {ws}) -> ({xs}, {ws}) {{\n" + "\n".join(lines) + "\n}\n"
+    rel = {"groups": groups, "inputs": [{"baseline": 0, "distributed": 0, "relation": "partial", "op": "add"}],
+           "outputs": [{"baseline": i, "distributed": i, "relation": "duplicate"} for i in range(2)]}
+    return Program("reshapeback", f"{t} rows [{n},{h}] as [{b},{s},{h}]{' via [1,N,H]' if view else ''}, defect {defect} (groups {g2})", base, dist, rel)
+
+
+FAMILIES["reshapeback"] = reshapeback

@@ -70,6 +70,7 @@ from . import (
     rankint,
     rankpos,
     rankselect,
+    reshapeback,
     ring,
     ringfill,
     ringrun,
@@ -159,6 +160,7 @@ FAMILIES: list[Family] = [
     Family("dotscale", "dotscale.egg", dotscale.TABLES, graph_rows=dotscale.graph_rows),  # dotc2/moves1 rows of its new terms: core
     Family("rollring", "rollring.egg", rollring.TABLES, graph_rows=rollring.graph_rows),  # rpart, rot: ringcollect, permute
     Family("convmax", "convmax.egg", convmax.TABLES, graph_rows=convmax.graph_rows),  # ident: partition; shape rows of its baseline terms: core
+    Family("reshapeback", "reshapeback.egg", reshapeback.TABLES, graph_rows=reshapeback.graph_rows),  # dup: core
 ]
 
 
