@@ -377,9 +377,9 @@ def shard_map_vocab_xent(ctx: JaxContext) -> JaxModel:
 
     def per_device(x: Any, wv: Any, labels: Any) -> Any:
         logits = x @ wv
-        m = jax.lax.pmax(jnp.max(logits, axis=-1, keepdims=True), "model")
-        lse = m + jnp.log(jax.lax.psum(jnp.sum(jnp.exp(logits - m), axis=-1, keepdims=True), "model"))
-        logp = logits - lse
+        # jax.nn.log_softmax's own order, (x - max) - log(sum(exp(x - max))), over the ranks
+        shifted = logits - jax.lax.stop_gradient(jax.lax.pmax(jnp.max(logits, axis=-1, keepdims=True), "model"))
+        logp = shifted - jnp.log(jax.lax.psum(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True), "model"))
         local = labels - jax.lax.axis_index("model") * w
         mine = (local >= 0) & (local < w)
         picked = jnp.take_along_axis(logp, jnp.clip(local, 0, w - 1)[:, None], axis=-1)[:, 0]

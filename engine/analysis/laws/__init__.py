@@ -70,7 +70,6 @@ from . import (
     rankint,
     rankpos,
     rankselect,
-    reshapeback,
     ring,
     ringfill,
     ringrun,
@@ -80,6 +79,7 @@ from . import (
     scatter,
     selectpartial,
     slicing,
+    takealong,
     unroll,
     vocabraw,
     window,
@@ -160,7 +160,7 @@ FAMILIES: list[Family] = [
     Family("dotscale", "dotscale.egg", dotscale.TABLES, graph_rows=dotscale.graph_rows),  # dotc2/moves1 rows of its new terms: core
     Family("rollring", "rollring.egg", rollring.TABLES, graph_rows=rollring.graph_rows),  # rpart, rot: ringcollect, permute
     Family("convmax", "convmax.egg", convmax.TABLES, graph_rows=convmax.graph_rows),  # ident: partition; shape rows of its baseline terms: core
-    Family("reshapeback", "reshapeback.egg", reshapeback.TABLES, graph_rows=reshapeback.graph_rows),  # dup: core
+    Family("takealong", "takealong.egg", takealong.TABLES, takealong.OPCODES, takealong.instruction_rows, takealong.graph_rows),  # xgb: crossentropy; shifted, outside, clamped: slicing
 ]
 
 
