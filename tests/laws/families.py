@@ -2429,3 +2429,102 @@ def reshapeback(rng: random.Random) -> Program:
 
 
 FAMILIES["reshapeback"] = reshapeback
+
+
+# ---- the vocab-sharded take_along_axis of any rank (rules/takealong.egg) --------------------------
+
+
+def takealong(rng: random.Random) -> Program:
+    """jnp.take_along_axis of labels into logits of rank 2 or 3 whose last dim (the vocabulary)
+    is sharded, in the two forms JAX code meets: shard_map's clipped shift (s = t - r·w, idx =
+    jnp.clip(s, 0, w - 1) spelled min(max(s, 0), w - 1), max(min(..)) or clamp, the pick masked
+    by (s >= 0) & (s < w), a psum) and GSPMD's masked-after gather (clamp(0, t, V - 1), the shift,
+    the raw-bound mask reduced over the index vector's unit dim, the gather at the unclipped
+    shift, select(mask, 0, g), an all-reduce). Drawn: the rank, the label type (narrow and
+    unsigned included), the float type, the labels' range, the clip's spelling, the groups, and
+    a defect: the next rank's offset, an offset width off by one, clip bounds [1, w - 1] or
+    [0, w - 2], the mask's branches swapped, the psum dropped or over other groups."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    bdims = [rng.choice([2, 4])] if rng.random() < 0.4 else [2, rng.choice([3, 4])]
+    r = len(bdims) + 1
+    ti = rng.choice(["s32", "s32", "s64", "s16", "s8", "u8", "u32"])
+    w = rng.choice([3, 8, 16]) if ti not in ("s8", "u8") else rng.choice([3, 8])
+    v = c * w
+    ft = rng.choice(["f32", "f32", "f16", "bf16"])
+    lo, hi = rng.choice([(0, v)] * 6 + [(0, v + 1), (0, 2 * v)] + ([(-1, v)] if ti[0] == "s" else []))
+    form = rng.choice(["clip", "after"])
+    spell = rng.choice(["minmax", "maxmin", "clamp"])
+    defect = rng.choice(["none"] * 7 + ["offset_next", "width_minus", "clip_lo1", "clip_hi", "swapped", "no_psum", "other_groups"])
+    ar_groups = _other_groups(rng, groups) if defect == "other_groups" else groups
+    bt = ",".join(map(str, bdims))
+    lab, lab11 = f"{ti}[{bt}]", f"{ti}[{bt},1,1]"
+    bat = ",".join(map(str, range(r - 1)))
+    gather = (f"offset_dims={{}}, collapsed_slice_dims={{{r - 1}}}, start_index_map={{{r - 1}}}, operand_batching_dims={{{bat}}}, "
+              f"start_indices_batching_dims={{{bat}}}, index_vector_dim={r}, slice_sizes={{{','.join(['1'] * r)}}}")
+    out1, out = f"{ft}[{bt},1]", f"{ft}[{bt}]"
+    base = [f"  %x = {ft}[{bt},{v}] parameter(0)", f"  %t = {lab} parameter(1)",
+            f"  %t3 = {lab11} reshape({lab} %t)",
+            f"  %g = {out1} gather({ft}[{bt},{v}] %x, {lab11} %t3), {gather}",
+            f"  ROOT %z = {out} reshape({out1} %g)"]
+    baseline = f"HloModule ta_base\n\nENTRY %main (x: {ft}[{bt},{v}], t: {lab}) -> {out} {{\n" + "\n".join(base) + "\n}\n"
+    wc = w - 1 if defect == "width_minus" else w
+    d = ["  %r = s32[] parameter(0)", f"  %x = {ft}[{bt},{w}] parameter(1)", f"  %t = {lab} parameter(2)",
+         f"  %wc = s32[] constant({wc})", "  %r1 = s32[] constant(1)",
+         "  %rr = s32[] add(s32[] %r, s32[] %r1)" if defect == "offset_next" else "  %rr = s32[] copy(s32[] %r)",
+         "  %off32 = s32[] multiply(s32[] %rr, s32[] %wc)",
+         f"  %off = {ti}[] convert(s32[] %off32)" if ti != "s32" else "  %off = s32[] copy(s32[] %off32)",
+         f"  %zt = {ti}[] constant(0)", f"  %fz = {ft}[] constant(0)"]
+    if form == "clip":
+        clo = 1 if defect == "clip_lo1" else 0
+        chi = w - 2 if defect == "clip_hi" else w - 1
+        d += [f"  %offb = {lab} broadcast({ti}[] %off), dimensions={{}}", f"  %s = {lab} subtract({lab} %t, {lab} %offb)",
+              f"  %ztb = {lab} broadcast({ti}[] %zt), dimensions={{}}", f"  %wl = {ti}[] constant({w})",
+              f"  %wlb = {lab} broadcast({ti}[] %wl), dimensions={{}}",
+              f"  %ge = pred[{bt}] compare({lab} %s, {lab} %ztb), direction=GE",
+              f"  %lt = pred[{bt}] compare({lab} %s, {lab} %wlb), direction=LT",
+              f"  %in = pred[{bt}] and(pred[{bt}] %ge, pred[{bt}] %lt)",
+              f"  %clo = {ti}[] constant({clo})", f"  %clob = {lab} broadcast({ti}[] %clo), dimensions={{}}",
+              f"  %chi = {ti}[] constant({chi})", f"  %chib = {lab} broadcast({ti}[] %chi), dimensions={{}}"]
+        if spell == "minmax":
+            d += [f"  %mx = {lab} maximum({lab} %clob, {lab} %s)", f"  %idx = {lab} minimum({lab} %chib, {lab} %mx)"]
+        elif spell == "maxmin":
+            d += [f"  %mn = {lab} minimum({lab} %s, {lab} %chib)", f"  %idx = {lab} maximum({lab} %mn, {lab} %clob)"]
+        else:
+            d += [f"  %idx = {lab} clamp({lab} %clob, {lab} %s, {lab} %chib)"]
+        keep, drop = ("%fzb", "%g1") if defect == "swapped" else ("%g1", "%fzb")
+        d += [f"  %i3 = {lab11} reshape({lab} %idx)",
+              f"  %g = {out1} gather({ft}[{bt},{w}] %x, {lab11} %i3), {gather}",
+              f"  %g1 = {out} reshape({out1} %g)", f"  %fzb = {out} broadcast({ft}[] %fz), dimensions={{}}",
+              f"  %p = {out} select(pred[{bt}] %in, {out} {keep}, {out} {drop})"]
+    else:
+        ub = w if defect in ("clip_lo1", "clip_hi") else w - 1  # no clip here: the mask's bound off by one instead
+        d += [f"  %t3 = {lab11} reshape({lab} %t)", f"  %ztb = {lab11} broadcast({ti}[] %zt), dimensions={{}}",
+              f"  %vm = {ti}[] constant({v - 1})", f"  %vmb = {lab11} broadcast({ti}[] %vm), dimensions={{}}",
+              f"  %cl = {lab11} clamp({lab11} %ztb, {lab11} %t3, {lab11} %vmb)",
+              f"  %offb = {lab11} broadcast({ti}[] %off), dimensions={{}}", f"  %ub = {ti}[] constant({ub})",
+              f"  %end = {ti}[] add({ti}[] %off, {ti}[] %ub)", f"  %endb = {lab11} broadcast({ti}[] %end), dimensions={{}}",
+              f"  %b0 = pred[{bt},1,1] compare({lab11} %cl, {lab11} %offb), direction=LT",
+              f"  %bw = pred[{bt},1,1] compare({lab11} %cl, {lab11} %endb), direction=GT",
+              f"  %m = pred[{bt},1,1] or(pred[{bt},1,1] %b0, pred[{bt},1,1] %bw)", "  %fl = pred[] constant(false)",
+              f"  %mr = pred[{bt},1] reduce(pred[{bt},1,1] %m, pred[] %fl), dimensions={{{r}}}, to_apply=%or",
+              f"  %s = {lab11} subtract({lab11} %cl, {lab11} %offb)",
+              f"  %g = {out1} gather({ft}[{bt},{w}] %x, {lab11} %s), {gather}",
+              f"  %fzb = {out1} broadcast({ft}[] %fz), dimensions={{}}"]
+        sel = f"  %p1 = {out1} select(pred[{bt},1] %mr, {out1} %g, {out1} %fzb)" if defect == "swapped" else \
+            f"  %p1 = {out1} select(pred[{bt},1] %mr, {out1} %fzb, {out1} %g)"
+        d += [sel, f"  %p = {out} reshape({out1} %p1)"]
+    d += [f"  ROOT %q = {out} copy({out} %p)" if defect == "no_psum" else
+          f"  ROOT %q = {out} all-reduce({out} %p), channel_id=1, replica_groups={_groups_text(ar_groups)}, use_global_device_ids=true, to_apply=%add"]
+    dist = (f"HloModule ta_dist\n\n{_reducer('add', 'add', ft)}\n{_reducer('or', 'or', 'pred')}\n"
+            f"ENTRY %main (r: s32[], x: {ft}[{bt},{w}], t: {lab}) -> {out} {{\n" + "\n".join(d) + "\n}\n")
+    rel = {"groups": groups, "inputs": [{"distributed": 0, "relation": "rank"},
+                                        {"baseline": 0, "distributed": 1, "relation": "sharded", "dim": r - 1},
+                                        {"baseline": 1, "distributed": 2, "relation": "duplicate", "int_range": [lo, hi]}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    desc = (f"{form} ({spell}) pick of rank {r} batch {bdims} V={v} (c={c}, w={w}) labels {ti} in [{lo}, {hi}), {ft}, "
+            f"defect {defect}, psum over {ar_groups} (groups {groups})")
+    return Program("takealong", desc, baseline, dist, rel)
+
+
+FAMILIES["takealong"] = takealong
