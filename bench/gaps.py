@@ -73,10 +73,11 @@ GAPS: tuple[Gap, ...] = (
         ("pair:b_layernorm_sumsq_local_mean", "pair:b_layernorm_fused_stats_swapped")),
     Gap("LayerNorm E[(x - m)^2] against torch's E[x^2] - E[x]^2", ("pair:c_layernorm_hidden_sharded",), ("pair:b_layernorm_local_var",),
         expect="unproven", why="not equal in floating point: rows of mean 3000 and spread 2 give XLA outputs 1.29 apart"),
-    Gap("cumsum carry over the sharded dim, int (a scan of gathered totals)", ("pair:c_positions_sp_scan_carry", "pair:c_cumsum_sharded_dim_scan_carry"),
-        ("pair:b_positions_sp_scan_inclusive", "pair:b_cumsum_sharded_dim_scan_inclusive")),
-    Gap("cumsum carry in f32 as (s + t) - t", ("pair:c_cumsum_sharded_dim_carry",), ("pair:b_cumsum_sharded_dim_inclusive_carry",),
-        expect="unproven", why="not equal in floating point: (s + t) - t loses an ulp of s + t"),
+    Gap("cumsum along the sharded dim: local cumsum plus the gathered totals of ranks k < r", ("pair:c_cumsum_sharded_dim_carry",),
+        ("pair:b_cumsum_sharded_dim_inclusive_carry", "pair:b_cumsum_sharded_dim_local")),
+    Gap("cumsum carry as a scan of gathered totals, int positions", ("pair:c_positions_sp_scan_carry",), ("pair:b_positions_sp_scan_inclusive",)),
+    Gap("cumsum carry as a scan of gathered totals, f32", ("pair:c_cumsum_sharded_dim_scan_carry",), ("pair:b_cumsum_sharded_dim_scan_inclusive",),
+        expect="unproven", why="not equal in floating point: the exclusive scan's carry (s + t) - t loses an ulp of s + t"),
     Gap("split / concat / all-to-all on a third dim", ("pair:c_a2a_chunk_cat_third_dim",), ("pair:b_a2a_chunk_cat_third_dim_reversed",)),
     Gap("a tuple all-to-all of unrelated operands", ("pair:c_hlo_tuple_a2a_row_col_blocks",), ("pair:b_hlo_tuple_a2a_rows_swapped", "pair:b_hlo_tuple_a2a_same_block")),
     Gap("a flattened gradient bucket in one all-reduce", ("pair:c_flat_bucket_allreduce",), ("pair:b_flat_bucket_allreduce_offset",)),
@@ -90,6 +91,7 @@ class Outcome:
     verdict: str
     where: str = "-"  # the first divergence's source line
     site: str = "-"  # the twin's BUG-SITE line, for example models
+    stack: tuple[str, ...] = ()  # the frames of the first divergence's instruction (its callers)
     witness: str = "-"
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
@@ -101,6 +103,18 @@ def _where(result: dict[str, Any] | None) -> str:
         if isinstance(src, dict) and src.get("file"):
             return f"{src['file']}:{src.get('line')}"
     return "-"
+
+
+def _stack(folder: Path, result: dict[str, Any] | None) -> tuple[str, ...]:
+    """The source frames the build recorded for the first divergence's instruction: the bot puts
+    its comment on the frame a pull request changed, so a bug in a caller (the line that picks
+    which expert a chunk goes to) is at its line when it is one of these frames."""
+    divergences = (result or {}).get("divergences") or []
+    path = folder / "sourcemap.json"
+    if not divergences or not path.is_file():
+        return ()
+    entry = json.loads(path.read_text()).get("instructions", {}).get(str(divergences[0].get("instruction", "")).lstrip("%"), {})
+    return tuple(f"{f['file']}:{f['line']}" for f in entry.get("frames", []) if isinstance(f, dict) and f.get("file"))
 
 
 def _witness(result: dict[str, Any] | None) -> str:
@@ -127,7 +141,8 @@ def run_configs(refs: list[str], out: Path) -> dict[str, Outcome]:
         doc = run_models(config, out / source, names)
         for entry in doc["models"]:
             result = entry.get("result") or {}
-            o = Outcome(f"{source}:{entry['name']}", "", str(entry["status"]), _where(result), witness=_witness(result), seconds=float(entry.get("seconds") or 0.0))
+            o = Outcome(f"{source}:{entry['name']}", "", str(entry["status"]), _where(result), witness=_witness(result), seconds=float(entry.get("seconds") or 0.0),
+                        stack=_stack(out / source / entry["name"], result))
             variant = variants.get(entry["name"])
             if variant and variant in sites:
                 file, line = sites[variant]
@@ -158,9 +173,13 @@ def judge(gap: Gap, o: Outcome) -> list[str]:
             problems.append(f"bug twin is {o.verdict}, expected diverged")
         elif o.witness != "confirmed":
             problems.append(f"witness {o.witness}, expected confirmed")
-        if o.site != "-" and o.where != o.site:
-            problems.append(f"reported at {o.where}, its BUG-SITE is {o.site}")
+        if o.site != "-" and o.where != o.site and o.site not in o.stack:
+            problems.append(f"reported at {o.where} (frames {', '.join(o.stack) or 'none'}), its BUG-SITE is {o.site}")
     return problems
+
+
+def _caller(o: Outcome) -> str:
+    return f" (called from {o.site})" if o.site != "-" and o.site != o.where and o.site in o.stack else ""
 
 
 def table(rows: list[tuple[Gap, list[Outcome]]]) -> str:
@@ -169,7 +188,7 @@ def table(rows: list[tuple[Gap, list[Outcome]]]) -> str:
         correct = "<br>".join(f"`{o.ref}` {o.verdict}" for o in outs if o.role == "correct")
         if gap.why:
             correct += f" ({gap.why})"
-        twins = "<br>".join(f"`{o.ref}` {o.verdict} at {o.where}; {o.witness}" for o in outs if o.role == "twin") or "-"
+        twins = "<br>".join(f"`{o.ref}` {o.verdict} at {o.where}{_caller(o)}; {o.witness}" for o in outs if o.role == "twin") or "-"
         ok = "yes" if not any(o.problems for o in outs) else "NO: " + "; ".join(p for o in outs for p in o.problems)
         lines.append(f"| {gap.name} | {correct} | {twins} | {ok} |")
     return "\n".join(lines)
