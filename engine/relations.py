@@ -42,9 +42,20 @@ class Relation:
     # baseline extended with zeros to c·width there (heads or FFN features padded to a
     # multiple of the group size, as Neuron does when they do not divide).
     width: int | None = None
+    # padded with blocks (a fused weight, [q | k | v]): the dim is the concatenation of the
+    # blocks, each padded on its own to c·widths[i] and split over the ranks; rank r holds its
+    # piece of every block, in block order (width is then their sum, the per-rank extent).
+    widths: tuple[int, ...] = ()
+
+    def padded_spec(self) -> str:
+        """A padded relation's blocks as rules/padded.egg's padb spec: "n:w,..." (baseline
+        extent : per-rank width of each block, in block order)."""
+        return ",".join(f"{n}:{w}" for n, w in zip(self.blocks, self.widths, strict=True))
 
     def describe(self) -> str:
         if self.kind == "padded":
+            if self.blocks:
+                return f"padded(dim={self.dim}, blocks={list(self.blocks)}, width={list(self.widths)})"
             return f"padded(dim={self.dim}, width={self.width})"
         if self.kind == "sharded":
             b = f", blocks={list(self.blocks)}" if self.blocks else ""
@@ -292,13 +303,21 @@ def _binding(x: Any, key: str, allowed: tuple[str, ...], fail: Any) -> Binding:
     elif dim is not None:
         raise fail(f"{key}.dim", f"'dim' only applies to sharded, not {rel}")
     blocks = x.get("blocks") or []
-    if not isinstance(blocks, list) or (blocks and (rel != "sharded" or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in blocks))):
-        raise fail(f"{key}.blocks", "expected a list of positive block sizes on a sharded relation")
+    if not isinstance(blocks, list) or (blocks and (rel not in ("sharded", "padded") or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in blocks))):
+        raise fail(f"{key}.blocks", "expected a list of positive block sizes on a sharded or padded relation")
     op = x.get("op", "add")
     if op not in REDUCE_OPS:
         raise fail(f"{key}.op", f"expected one of {', '.join(REDUCE_OPS)}")
     width = x.get("width")
-    if rel == "padded":
+    widths: tuple[int, ...] = ()
+    if rel == "padded" and blocks:
+        # One width per block (or one for all): block i is padded to c·widths[i] on its own.
+        ws = width if isinstance(width, list) else [width] * len(blocks)
+        if len(ws) != len(blocks) or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in ws):
+            raise fail(f"{key}.width", f"a padded relation with blocks {blocks} needs 'width', the per-rank extent of each block: a list of {len(blocks)} positive integers (or one for all)")
+        widths = tuple(ws)
+        width = sum(widths)
+    elif rel == "padded":
         if not isinstance(width, int) or isinstance(width, bool) or width < 1:
             raise fail(f"{key}.width", "a padded relation needs 'width', the per-rank extent along dim (a positive integer)")
     elif width is not None:
@@ -322,4 +341,4 @@ def _binding(x: Any, key: str, allowed: tuple[str, ...], fail: Any) -> Binding:
         raise fail(f"{key}.per_group_data", "expected true or false")
     if pgd and (rel in DIST_ONLY or "rank" not in allowed):  # outputs allow no rank
         raise fail(f"{key}.per_group_data", "only an input with a baseline value (not an output, rank or token) can differ between the groups")
-    return Binding(x.get("baseline"), x.get("distributed"), Relation(rel, dim, tuple(blocks), op, width), key, tuple(ir) if ir else None, gathered, pgd)
+    return Binding(x.get("baseline"), x.get("distributed"), Relation(rel, dim, tuple(blocks), op, width, widths), key, tuple(ir) if ir else None, gathered, pgd)

@@ -37,7 +37,7 @@ def _mask(m: object) -> str:
 
 
 def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
-    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "gpart", "inrange", "argpair", "argix", "extof", "gext", "gix", "athas", "argcand", "rot", "lrot", "rterm", "rsum", "scof", "pad", "rot2", "rred", "pexp", "osum", "fsdppiece", "xcol", "xpair", "xgp", "xpp", "xpd", "xlab", "mb", "mbevery", "mbp", "mbacc"])
+    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "gpart", "inrange", "argpair", "argix", "extof", "gext", "gix", "athas", "argcand", "rot", "lrot", "rterm", "rsum", "scof", "pad", "padb", "rot2", "rred", "pexp", "osum", "fsdppiece", "xcol", "xpair", "xgp", "xpp", "xpd", "xlab", "mb", "mbevery", "mbp", "mbacc"])
     cls_of_value: dict[object, int] = {}
     classes: dict[int, int] = {}
     members: dict[int, list[int]] = {}
@@ -119,6 +119,9 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
     for x, xp, d, w, z in tables["pad"]:
         tail = "zeros" if int(z) else "any values"  # type: ignore[call-overload]
         add(x, xp, f"padded(dim={d}, width={w}, tail={tail})", f"(pad {{b}} {{d}} {d} {w} {z})")
+    for x, xp, d, w, z, s in tables["padb"]:  # rules/padded.egg: padded in blocks (a fused weight)
+        tail = "zeros" if int(z) else "any values"  # type: ignore[call-overload]
+        add(x, xp, f"padded(dim={d}, blocks=[{s}], width={w}, tail={tail})", f'(padb {{b}} {{d}} {d} {w} {z} "{s}")')
     for x, xp, d, k, e in tables["grp"]:
         where = f", block r mod {k} of {k} along dim {e}" if int(e) >= 0 else ""  # type: ignore[call-overload]
         add(x, xp, f"rank-group(block floor(r/{k}) along dim {d}{where})", f"(grp {{b}} {{d}} {d} {k} {e})")

@@ -139,7 +139,14 @@ def _check_shapes(path: str, b: Binding, bp: Instruction, dp: Instruction, c: in
         d, w = rel.dim or 0, rel.width or 0
         if d >= len(expect):
             raise InputError(path, f"{b.key}.dim", f"dim {d} is out of range for {bp.name}: {bs}")
-        if c * w < expect[d]:
+        if rel.blocks:
+            # Each block padded on its own: the blocks tile dim d, and block i's width covers it.
+            if sum(rel.blocks) != expect[d]:
+                raise InputError(path, f"{b.key}.blocks", f"blocks {list(rel.blocks)} sum to {sum(rel.blocks)}, but dim {d} of baseline {bp.name} ({bs}) has {expect[d]}")
+            for i, (n, wi) in enumerate(zip(rel.blocks, rel.widths, strict=True)):
+                if c * wi < n:
+                    raise InputError(path, f"{b.key}.width", f"block {i} ({n} elements) with width {wi} over c={c} ranks covers {c * wi}, fewer than the block (expected width >= {-(-n // c)})")
+        elif c * w < expect[d]:
             raise InputError(path, f"{b.key}.width", f"width {w} over c={c} ranks covers {c * w} elements, fewer than the {expect[d]} of dim {d} of baseline {bp.name} ({bs})")
         expect[d] = w
     how = rel.describe()

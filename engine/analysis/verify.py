@@ -19,7 +19,7 @@ from ..ir import Instruction, Module
 from ..relations import Binding, RelationSpec
 from ..sourcemap import SourceMap
 from . import folded, partition
-from .egg import ITERATIONS, LAYOUT_ROUNDS, NODES, SECONDS, RunStats, Session, fresh_session
+from .egg import ITERATIONS, LAYOUT_ROUNDS, NODES, SECONDS, RunStats, Session, fresh_session, heads
 from .facts import Fact, Facts, carried_seeds, expected_text, public_bijections, read_facts
 from .graph import ELIDED_HINT, Graphs, Node, build, elided_constants
 from .inputs import check_inputs, outputs, param, range_seeds
@@ -250,7 +250,11 @@ def _binding_seeds(b: Binding, bg: int | str, dg: int | str) -> list[str]:
         seeds.append(f'(partial (N {bg}) (N {dg}) "{rel.op}")')
     elif rel.kind == "padded":
         # rules/padded.egg: zero-padded (z = 1), rank r holds [r·width, r·width + width).
-        seeds.append(f"(pad (N {bg}) (N {dg}) {rel.dim} {rel.width} 1)")
+        if rel.blocks:
+            # Each block padded on its own (a fused weight): rules/padded.egg padb, spec "n:w,...".
+            seeds.append(f'(padb (N {bg}) (N {dg}) {rel.dim} {rel.width} 1 "{rel.padded_spec()}")')
+        else:
+            seeds.append(f"(pad (N {bg}) (N {dg}) {rel.dim} {rel.width} 1)")
     # A declared range bounds the baseline value; on the pieces only where they hold nothing else.
     seeds.extend(range_seeds(b, bg, dg))
     return seeds
@@ -258,7 +262,9 @@ def _binding_seeds(b: Binding, bg: int | str, dg: int | str) -> list[str]:
 
 def _solve(g: Graphs, seeds: list[str], solver: LayoutSolver, budget: Budget) -> tuple[Facts, RunStats]:
     """One e-graph: load g's rows and the seeds, saturate, read the facts back."""
-    with fresh_session() as session:
+    # The input tables with rows: rules reading any other cannot fire and are not loaded.
+    present = {t for t, rows in g.rows.items() if rows}.union(*(heads(seed) for seed in seeds))
+    with fresh_session(present=present) as session:
         for table, rows in g.rows.items():
             session.load(table, rows)
         for seed in seeds:

@@ -64,6 +64,8 @@ def relations_doc(spec: RelationSpec) -> dict[str, Any]:
             e["op"] = b.relation.op
         if b.relation.kind == "padded":
             e["dim"], e["width"] = b.relation.dim, b.relation.width
+            if b.relation.blocks:
+                e["blocks"], e["width"] = list(b.relation.blocks), list(b.relation.widths)
         if b.int_range is not None:
             e["int_range"] = list(b.int_range)
         if b.gathered is not None:

@@ -12,7 +12,9 @@ inputs. ``inputs`` entries (parameter number, or name with or without ``%``):
   further into ``len(group)`` equal blocks along ``dim``, block j to the j-th device of its
   group in ``groups``;
 - ``padded`` (``dim``, ``width``): the baseline input extended with zeros along ``dim`` to
-  c·width elements, and rank r gets elements [r·width, (r+1)·width) of that;
+  c·width elements, and rank r gets elements [r·width, (r+1)·width) of that; with ``blocks``
+  (``width`` one per block) each block is padded so on its own and rank r gets its piece of
+  every block, in block order (a fused QKV weight whose heads do not divide over the ranks);
 - ``rank`` (distributed only): integer scalar holding the rank's index in its group;
 - ``token`` (distributed only): torch-xla's collective token, 0 at program start;
 - ``partial`` (``op``: ``add`` (default), ``max`` or ``min``): rank r gets a random piece and
@@ -93,7 +95,14 @@ def edges_of(base: Program, dist: Program, relations: dict[str, Any], c: int) ->
             dim = norm_dim(e.get("dim"), len(shape), f"inputs[{k}]")
         except ValueError:
             continue
-        if rel == "padded" and isinstance(e.get("width"), int):
+        if rel == "padded" and e.get("blocks"):
+            bw = e["width"] if isinstance(e.get("width"), list) else [e.get("width")] * len(e["blocks"])
+            widths, start = [], 0
+            for b, w in zip(e["blocks"], bw, strict=False):
+                if isinstance(w, int):
+                    widths.append((start, int(w), int(b)))
+                start += int(b)
+        elif rel == "padded" and isinstance(e.get("width"), int):
             widths = [(0, int(e["width"]), c * int(e["width"]))]
         else:
             blocks = [int(b) for b in e.get("blocks") or []] or [shape[dim]]
@@ -207,8 +216,18 @@ def split(x: np.ndarray, dim: int, c: int, blocks: Sequence[int] | None, what: s
     return [np.concatenate(p, axis=dim) if len(p) > 1 else p[0] for p in pieces]
 
 
-def padded_pieces(x: np.ndarray, dim: int, c: int, width: Any, what: str) -> list[np.ndarray]:
-    """Rank r's piece of x zero-padded along dim to c·width: elements [r·width, (r+1)·width)."""
+def padded_pieces(x: np.ndarray, dim: int, c: int, width: Any, what: str, blocks: Any = None) -> list[np.ndarray]:
+    """Rank r's piece of x zero-padded along dim to c·width: elements [r·width, (r+1)·width).
+    With ``blocks`` (a fused weight) dim is their concatenation, each block padded on its own
+    (``width`` one per block, or one for all) and rank r gets its piece of every block, in
+    block order."""
+    if blocks:
+        ws = width if isinstance(width, list) else [width] * len(blocks)
+        if sum(blocks) != x.shape[dim] or len(ws) != len(blocks):
+            raise ValueError(f"{what}: blocks {blocks!r} with width {width!r} do not tile dim {dim} of size {x.shape[dim]}")
+        parts = np.split(x, np.cumsum(blocks)[:-1].tolist(), axis=dim)
+        per = [padded_pieces(p, dim, c, w, f"{what} block {i}") for i, (p, w) in enumerate(zip(parts, ws, strict=True))]
+        return [np.concatenate([b[r] for b in per], axis=dim) for r in range(c)]
     if not isinstance(width, int) or isinstance(width, bool) or width < 1 or c * width < x.shape[dim]:
         raise ValueError(f"{what}: width {width!r} over {c} ranks does not cover dim {dim} of size {x.shape[dim]}")
     pad = [(0, 0)] * x.ndim
@@ -363,7 +382,7 @@ def make_group_inputs(base: Program, dist: Program, relations: dict[str, Any], g
                 elif rel == "sharded":
                     pieces = split(x, norm_dim(e.get("dim"), x.ndim, f"inputs[{k}]"), c, e.get("blocks"), f"inputs[{k}]")
                 elif rel == "padded":
-                    pieces = padded_pieces(x, norm_dim(e.get("dim"), x.ndim, f"inputs[{k}]"), c, e.get("width"), f"inputs[{k}]")
+                    pieces = padded_pieces(x, norm_dim(e.get("dim"), x.ndim, f"inputs[{k}]"), c, e.get("width"), f"inputs[{k}]", e.get("blocks"))
                 else:
                     pieces = partial_pieces(rng, x, c, str(e.get("op", "add")))
             for r, gid in enumerate(g):

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from ..graph import Graphs, Node
 
 Rows = dict[str, list[tuple[object, ...]]]
-TABLES = ("pm1", "pm2", "pm2l", "pm2r", "pm3", "pbn", "pdb", "pdc", "psum", "pcat", "padrows")
+TABLES = ("pm1", "pm2", "pm2l", "pm2r", "pm3", "pbn", "pdb", "pdc", "psum", "pcat", "padrows", "pbslice", "pbns")
 
 # f(0) = 0 exactly (and f(-0) = ±0): a zero tail stays zero. Not exp, cos, logistic, rsqrt,
 # log, not, ... (their value at 0 is not 0).
@@ -69,10 +69,11 @@ def _set(dims: Dims, d: int, v: int) -> Dims:
 def walk(rows: Rows, g: Graphs) -> Callable[[Node, str, Sig | None, list[Shape]], None] | None:
     """None (nothing to write) when no input is padded and no gather picks a rank's own rows."""
     c = g.spec.c
-    pairs = seed_pairs(_padded_inputs(g.spec, g.baseline), g.distributed.entry.instructions, c)
+    inputs, specs = _padded_inputs(g.spec, g.baseline)
+    pairs = seed_pairs(inputs, g.distributed.entry.instructions, c)
     if not pairs:
         return None
-    pads = PadTables(c, rows, pairs)
+    pads = PadTables(c, rows, pairs, specs)
 
     def visit(node: Node, key: str, sig: Sig | None, opnd: list[Shape]) -> None:
         if sig is None:
@@ -89,9 +90,14 @@ def walk(rows: Rows, g: Graphs) -> Callable[[Node, str, Sig | None, list[Shape]]
     return visit
 
 
-def _padded_inputs(spec: RelationSpec, baseline: Module) -> list[tuple[int, int]]:
-    """(n, w) of every padded input: the baseline parameter's extent along dim, the width."""
-    out = []
+Block = tuple[tuple[int, int], ...]  # a padb spec: (n, w) of each block, in block order
+
+
+def _padded_inputs(spec: RelationSpec, baseline: Module) -> tuple[list[tuple[int, int]], list[Block]]:
+    """(n, w) of every padded input: the baseline parameter's extent along dim, the width; for
+    one padded in blocks also each block's (n, w), and its blocks (padb specs)."""
+    out: list[tuple[int, int]] = []
+    specs: list[Block] = []
     params = {p.parameter_number: p for p in baseline.entry.parameters} | {p.name: p for p in baseline.entry.parameters}
     for b in spec.inputs:
         r = b.relation
@@ -99,17 +105,29 @@ def _padded_inputs(spec: RelationSpec, baseline: Module) -> list[tuple[int, int]
             p = params.get(b.baseline if isinstance(b.baseline, int) else b.baseline.lstrip("%"))
             if p is not None and r.dim is not None and r.dim < len(p.shape.dims):
                 out.append((p.shape.dims[r.dim], r.width))
-    return out
+                if r.blocks:
+                    specs.append(tuple(zip(r.blocks, r.widths, strict=True)))
+                    out.extend(zip(r.blocks, r.widths, strict=True))
+    return out, specs
+
+
+def spec_text(blocks: Block) -> str:
+    """rules/padded.egg's padb spec string, as relations.Relation.padded_spec writes it."""
+    return ",".join(f"{n}:{w}" for n, w in blocks)
 
 
 class PadTables:
-    def __init__(self, c: int, rows: Rows, pairs: set[tuple[int, int]]) -> None:
+    def __init__(self, c: int, rows: Rows, pairs: set[tuple[int, int]], specs: list[Block] | None = None) -> None:
         self.rows = rows
         self.c = c
         # baseline extent n -> per-rank widths w (c·w >= n)
         self.widths: dict[int, set[int]] = {}
         for n, w in pairs:
             self.note(n, w)
+        # baseline extent n -> the block specs of that total (padded in blocks, padb)
+        self.specs: dict[int, set[Block]] = {}
+        for blocks in specs or ():
+            self.specs.setdefault(sum(n for n, _ in blocks), set()).add(blocks)
 
     def add(self, table: str, *row: object) -> None:
         self.rows[table].append(row)
@@ -165,6 +183,8 @@ class PadTables:
                         new = list(sl)
                         new[d] = (0, w, 1)
                         add("pm1", k, d, w, d, w, 1, sig.with_dims([_set(src, d, w)], _set(out, d, w), slice=new).key())
+                if self.specs:
+                    self._block_slice(sig, sl, src, out)
         elif op == "reduce" and len(ins_dims) == 2:
             dims = sorted(ins.parsed.get("dimensions", []))
             reducer = ins.parsed.get("reducer")
@@ -206,6 +226,25 @@ class PadTables:
                 continue
             for w in self._ws(n):
                 add("pbn", k, e, w, sig.with_dims(None, _set(out, e, w)).key())
+            for blocks in self.specs.get(n, ()):
+                w = sum(x for _, x in blocks)
+                add("pbns", k, e, w, spec_text(blocks), sig.with_dims(None, _set(out, e, w)).key())
+
+    def _block_slice(self, sig: Sig, sl: list[tuple[int, ...]], src: Dims, out: Dims) -> None:
+        """pbslice(k, d, W, spec, w_i, kp): slice k takes exactly block i of dim d of a tensor
+        padded in blocks (spec: (n, w) of each block; baseline [o_i, o_i + n_i), stride 1),
+        and kp takes that block's per-rank piece [O_i, O_i + w_i) out of the W = sum(w) there
+        (O_i the widths of the blocks before it). Every other dim is sliced alike."""
+        for d, n in enumerate(src):
+            for blocks in self.specs.get(n, ()):
+                total = sum(w for _, w in blocks)
+                o = oo = 0
+                for nb, wb in blocks:
+                    if tuple(sl[d]) == (o, o + nb, 1):
+                        new = list(sl)
+                        new[d] = (oo, oo + wb, 1)
+                        self.add("pbslice", sig.key(), d, total, spec_text(blocks), wb, sig.with_dims([_set(src, d, total)], _set(out, d, wb), slice=new).key())
+                    o, oo = o + nb, oo + wb
 
     def _reshape(self, sig: Sig, src: Dims, out: Dims) -> None:
         """Rank r's block [r·w, r·w + w) of dim d is a block of the reshaped dim when d maps

@@ -1,0 +1,129 @@
+"""A fused QKV padded per block (relation ``padded`` with ``blocks``; rules/padded.egg padb):
+q, k and v each padded at their tail to a multiple of the ranks and split over them, as
+neuronx-distributed-inference lays out a fused Wqkv whose heads do not divide (6 heads at TP 4:
+each block padded to 8, 2 heads per rank, rank 3 holding only padding). The pairs are in
+tests/padded_qkv.py; the rules decide, and XLA's CPU runtime (tests/oracle.py) is the truth.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from padded_qkv import pair
+
+from shardproof.engine.analysis.verify import verify
+from shardproof.engine.errors import InputError
+from shardproof.engine.hlo.parser import parse_hlo
+from shardproof.engine.relations import parse_relations
+
+
+def _verdict(baseline: str, distributed: str, relations: dict[str, Any]) -> str:
+    return verify(
+        parse_relations(relations, "relations.yaml"),
+        parse_hlo(baseline, "baseline.hlo"),
+        parse_hlo(distributed, "distributed.hlo"),
+    ).verdict
+
+
+def _equal(
+    baseline: str, distributed: str, relations: dict[str, Any], seeds: tuple[int, ...] = (0, 1000)
+) -> bool:
+    oracle = pytest.importorskip("oracle")
+    return all(oracle.run_pair(baseline, distributed, relations, seed=s).equal for s in seeds)
+
+
+@pytest.mark.parametrize(("n", "c"), [(6, 4), (5, 4), (3, 2), (8, 4)])
+def test_fused_qkv_padded_per_block_verifies(n: int, c: int) -> None:
+    """6 or 5 heads at TP 4 (padded to 8), 3 at TP 2 (to 4), 8 at TP 4 (no padding: the
+    relation is then plain block sharding)."""
+    base, dist, rel = pair(n=n, c=c)
+    assert _verdict(base, dist, rel) == "verified"
+    assert _equal(base, dist, rel)
+
+
+@pytest.mark.parametrize("variant", ["bias", "bias_repeat"])
+def test_fused_bias_and_non_zero_padding_meeting_zero_weights_verify(variant: str) -> None:
+    """A fused bias padded like the weight; or each block's bias picked per rank with the pick
+    clamped (the padded heads non-zero) while the output projection is zero-padded."""
+    base, dist, rel = pair(variant=variant)
+    assert _verdict(base, dist, rel) == "verified"
+    assert _equal(base, dist, rel)
+
+
+@pytest.mark.parametrize("variant", ["whole_pad", "swap_kv", "leak"])
+def test_fused_qkv_padding_bugs_do_not_verify_and_differ(variant: str) -> None:
+    base, dist, rel = pair(variant=variant)
+    assert _verdict(base, dist, rel) == "diverged"
+    oracle = pytest.importorskip("oracle")
+    assert not oracle.run_pair(base, dist, rel, seed=0).equal
+
+
+def test_check_reports_the_bug_lines_with_a_confirmed_witness(tmp_path: Any) -> None:
+    """Through ``check`` (rules, localization, witness): the padding after the whole fused
+    weight stops at the rank's cuts of its piece (k reads q's heads), the leaking heads at the
+    output projection that sums over the non-zero padding."""
+    from shardproof.engine.analysis.check import check_files
+
+    for variant, where in (("whole_pad", {"%q", "%k", "%v"}), ("leak", {"%o"})):
+        base, dist, rel = pair(variant=variant)
+        d = tmp_path / variant
+        d.mkdir()
+        (d / "b.hlo").write_text(base)
+        (d / "d.hlo").write_text(dist)
+        res = check_files(parse_relations(rel, "r.yaml"), d / "b.hlo", d / "d.hlo")
+        assert res.verdict == "diverged", res.reason
+        assert res.witness is not None and res.witness["status"] == "confirmed"
+        found = {x["instruction"] for x in res.divergences}
+        assert found and found <= where, found
+
+
+def test_padded_blocks_relation_errors_name_the_key() -> None:
+    base, dist, rel = pair()
+    fused = rel["inputs"][1]
+
+    def bad(**kw: Any) -> dict[str, Any]:
+        return {**rel, "inputs": [rel["inputs"][0], {**fused, **kw}, *rel["inputs"][2:]]}
+
+    def run(r: dict[str, Any]) -> None:
+        verify(
+            parse_relations(r, "relations.yaml"), parse_hlo(base, "b.hlo"), parse_hlo(dist, "d.hlo")
+        )
+
+    with pytest.raises(InputError, match=r"inputs\[1\]\.width.*3 positive integers"):
+        run(bad(width=[4, 4]))
+    with pytest.raises(
+        InputError, match=r"inputs\[1\]\.blocks.*sum to 30, but dim 0 of baseline W"
+    ):
+        run(bad(blocks=[12, 12, 6]))
+    with pytest.raises(
+        InputError,
+        match=r"inputs\[1\]\.width.*block 1 \(12 elements\) with width 2.*expected width >= 3",
+    ):
+        run(bad(width=[4, 2, 6]))
+    with pytest.raises(
+        InputError, match=r"inputs\[1\]: distributed W is f32\[12,8\].*needs f32\[16,8\]"
+    ):
+        run(bad(width=[4, 4, 8]))
+    with pytest.raises(InputError, match=r"inputs\[0\]\.blocks.*sharded or padded"):
+        parse_relations(
+            {**rel, "inputs": [{**rel["inputs"][0], "blocks": [4, 4]}, *rel["inputs"][1:]]},
+            "relations.yaml",
+        )
+    # One width for every block is the same relation.
+    same = parse_relations(bad(width=4), "relations.yaml").inputs[1].relation
+    assert same == parse_relations(rel, "relations.yaml").inputs[1].relation
+    assert same.describe() == "padded(dim=0, blocks=[12, 12, 12], width=[4, 4, 4])"
+
+
+def test_witness_gives_each_rank_its_piece_of_every_padded_block() -> None:
+    from shardproof.engine.witness.inputs import padded_pieces
+
+    x = np.arange(10 * 2).reshape(10, 2)  # blocks of 6 and 4 rows, widths 2 and 1 at c = 3/4
+    pieces = padded_pieces(x, 0, 4, [2, 1], "w", [6, 4])
+    assert [p.shape for p in pieces] == [(3, 2)] * 4
+    assert pieces[0][:, 0].tolist() == [0, 2, 12]  # q rows 0, 1 then k row 0 (x row 6)
+    assert pieces[3][:, 0].tolist() == [0, 0, 18]  # q padding (rows 6, 7 of 8), k row 3
+    with pytest.raises(ValueError, match="do not tile"):
+        padded_pieces(x, 0, 4, [2, 1], "w", [6, 3])
