@@ -96,6 +96,45 @@ def ring_allreduce_roll(ctx: JaxContext) -> JaxModel:
                     description=f"ring all-reduce with jnp.roll chunk order, {c} ranks")
 
 
+def ring_allreduce_rows(ctx: JaxContext) -> JaxModel:
+    """The ring all-reduce on (c, w) chunk rows, rotated by the rank in another spelling than
+    ``jnp.roll`` (knob ``form``): ``take`` (``jnp.take(chunks, (iota + r) % c, axis=0)``),
+    ``getitem`` (``chunks[(iota + r) % c]``), ``static`` (a literal ``jnp.roll`` of the reversed
+    rows, then the rank's rotation by ``jnp.roll``). Row k of ``mine`` is chunk (r + k) mod c; the
+    ring turns towards the previous rank; the reduced rows are rotated back the same way."""
+    n, d, c, form = ctx.knob("rows", 16), ctx.knob("hidden", 8), ctx.knob("tp", 4), ctx.knob("form", "take")
+    w = d // c
+    mesh = ctx.mesh({"tp": c})
+    bug = ctx.variant
+    back = _perm(c, -1)
+
+    def rotate(a: Any, shift: Any) -> Any:  # row j of the result is row (j + shift) mod c of a
+        idx = (jnp.arange(c) + shift) % c
+        if form == "take":
+            return jnp.take(a, idx, axis=0)
+        if form == "getitem":
+            return a[idx]
+        return jnp.roll(jnp.roll(a[::-1], 1, axis=0)[::-1], -shift - 1, axis=0)  # static: reverse, roll 1, reverse
+
+    def base(x: Any) -> Any:
+        return x.sum(axis=0)
+
+    def per_device(x: Any) -> Any:
+        r = jax.lax.axis_index("tp")
+        mine = rotate(x.sum(axis=0).reshape(c, w), r)
+        for k in range(c - 1):
+            got = jax.lax.ppermute(mine[k], "tp", _perm(c, 1) if bug == "wrong_direction" else back)
+            mine = mine.at[k + (0 if bug == "wrong_chunk" else 1)].add(got)
+        out = [mine[c - 1]]
+        for _ in range(c - 1):
+            out.append(jax.lax.ppermute(out[-1], "tp", back))
+        return rotate(jnp.stack(out), 1 - r + (1 if bug == "off_by_one" else 0)).reshape(d)
+
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P("tp", None),), out_specs=P(), check_vma=False)
+    return JaxModel(base, dist, mesh, [JaxInput("x", (n, d), spec=("tp", None))],
+                    description=f"ring all-reduce, chunk rows rotated by {form}, {c} ranks")
+
+
 def collective_matmul(ctx: JaxContext) -> JaxModel:
     m, k_, n, c = ctx.knob("rows", 16), ctx.knob("hidden", 8), ctx.knob("out", 16), ctx.knob("tp", 4)
     mesh = ctx.mesh({"tp": c})

@@ -115,6 +115,25 @@ def test_roll_spelling_verified_and_its_mutants_diverged(tmp_path: Path, variant
         assert any(d["instruction"].startswith("%scatter") for d in r["divergences"]), r["divergences"]  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize(("form", "variant"), [
+    ("take", None), ("take", "off_by_one"),
+    ("getitem", None), ("getitem", "wrong_chunk"),
+    ("static", None), ("static", "wrong_direction"),
+])
+def test_rows_rotated_by_other_spellings(tmp_path: Path, form: str, variant: str | None) -> None:
+    # The same ring with its chunk rows rotated by jnp.take (a gather by (iota + r) % c, then a
+    # select with the in-bounds mask, all true on every rank), by a[idx] (a plain gather), or by
+    # literal rolls between reverses (slices + concatenate) then a traced roll.
+    r = _check(tmp_path, "ring_allreduce_rows", variant, {"form": form})
+    if variant is None:
+        assert r["verdict"] == "verified", r["stdout"][-3000:]
+        assert "rollring/roll-is-a-block-permutation" in _rules(r) or "rollring/row-of-a-rolled-buffer" in _rules(r)
+        return
+    assert r["verdict"] == "diverged", r["stdout"][-3000:]
+    w = r["witness"]
+    assert isinstance(w, dict) and w["status"] == "confirmed", w
+
+
 def test_jax_ring_attention_verified_and_its_bug_at_its_line(tmp_path: Path) -> None:
     # examples/jax/spellings.py:ring_attention through `shardproof run`: the scores' 1/sqrt(d)
     # and the keepdims running max relate (rules/ringfill.egg), the denominator and the

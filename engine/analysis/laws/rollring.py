@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ...hlo.literals import INT_BITS
 from ..scatter import is_overwrite
 from .rankint import MAX_ELEMENTS, _Eval
 
@@ -94,6 +95,16 @@ class _PerRank:
         self.np = np
         self.evals = [[_Eval(np, g, {"rank": r, "device": grp[r] if r < len(grp) else None}, MAX_ELEMENTS) for grp in g.spec.groups] for r in range(g.spec.c)]
 
+    def array(self, gid: int) -> list[Any] | None:
+        """The value of ``gid`` on rank r (agreed across groups), for every r, or None."""
+        out: list[Any] = []
+        for per_group in self.evals:
+            vals = [_with_reduces(self.np, ev, gid) for ev in per_group]
+            if any(v is None for v in vals) or any(not self.np.array_equal(vals[0], v) for v in vals[1:]):
+                return None
+            out.append(vals[0])
+        return out
+
     def scalar(self, gid: int) -> list[int] | None:
         out: list[int] = []
         for per_group in self.evals:
@@ -107,6 +118,36 @@ class _PerRank:
                 return None
             out.append(vals.pop())
         return out
+
+
+def _with_reduces(np: Any, ev: _Eval, gid: int) -> Any:
+    """``ev.value(gid)``, also through ``reduce`` of pred values with ``and`` / ``or`` (``jnp.take``'s
+    in-bounds mask: every index vector component within bounds), evaluated here in operand order
+    and handed to the evaluator as known values."""
+    g = ev.g
+    seen: set[int] = set()
+    stack, reduces = [gid], []
+    while stack:
+        top = stack.pop()
+        if top in seen or top in ev.memo:
+            continue
+        seen.add(top)
+        n = g.nodes[top]
+        if n.ins.opcode == "reduce" and n.ins.shape.dtype == "pred" and n.ins.parsed.get("reducer") in ("and", "or") and len(n.operands) == 2:
+            reduces.append(top)
+        if n.ins.shape.dtype == "pred" or n.ins.shape.dtype in INT_BITS:
+            stack.extend(n.operands)
+    for r in sorted(reduces):  # operands before users (ids follow the program order)
+        n = g.nodes[r]
+        x, init = ev.value(n.operands[0]), ev.value(n.operands[1])
+        dims = tuple(int(v) for v in n.ins.parsed.get("dimensions", []))
+        if x is None or init is None or init.shape != () or x.dtype != np.bool_:
+            ev.memo[r] = None
+            continue
+        f = np.all if n.ins.parsed.get("reducer") == "and" else np.any
+        red = f(x, axis=dims) if dims else x
+        ev.memo[r] = np.logical_and(red, init) if n.ins.parsed.get("reducer") == "and" else np.logical_or(red, init)
+    return ev.value(gid)
 
 
 def graph_rows(rows: Rows, g: Graphs) -> None:
@@ -127,6 +168,11 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
         if not per_rank:
             per_rank.append(_PerRank(g))
         return per_rank[0].scalar(gid)
+
+    def per_rank_array(gid: int) -> list[Any] | None:
+        if not per_rank:
+            per_rank.append(_PerRank(g))
+        return per_rank[0].array(gid)
 
     # Buffers: (gid, d) with extent c at d, reached from a split reshape or a stack of c rows.
     buffers: set[tuple[int, int]] = set()
@@ -186,6 +232,13 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
                     form = _start_form(u.operands[2:], d, c - 1, c, values)
                     if form is not None and form[0] == 0:
                         _update(rows, g, u, b, u.operands[1], d, form[1], 0, 1, c, buffer)
+            elif op == "gather" and u.operands[0] == b and len(u.operands) == 2:
+                _gather(rows, g, u, b, d, c, per_rank_array, buffer)
+            elif op == "select" and len(u.operands) == 3 and u.operands[1] == b and tuple(u.ins.shape.dims) == dims:
+                seq = per_rank_array(u.operands[0])
+                if seq is not None and all(bool(v.all()) for v in seq):  # the fill is never chosen
+                    rows["rvmap"].append((u.gid, b, d, 1, 0, 0))
+                    buffer(u.gid, d)
             elif op == "scatter" and u.operands[0] == b and len(u.operands) == 3:
                 _scatter(rows, g, u, b, d, c, values, buffer)
 
@@ -317,3 +370,36 @@ def _scatter(rows: Rows, g: Graphs, n: Any, b: int, d: int, c: int, values: Any,
         _update(rows, g, n, b, upd, d, j, kind, 0, c, buffer)
     elif not iwd and udims == (*dims[:d], 1, *dims[d + 1 :]) and uwd == list(range(len(dims))):
         _update(rows, g, n, b, upd, d, j, kind, 1, c, buffer)
+
+
+def _gather(rows: Rows, g: Graphs, n: Any, b: int, d: int, c: int, arrays: Any, buffer: Any) -> None:
+    """``jnp.take(a, idx, axis=d)`` / ``a[idx]`` of whole rows: a gather whose result has a's
+    shape, row j = row idx[j] of a (XLA clamps each start into [0, c - 1]), idx evaluated per rank."""
+    p = n.ins.parsed
+    dims = tuple(g.nodes[b].ins.shape.dims)
+    idims = tuple(g.nodes[n.operands[1]].ins.shape.dims)
+    try:
+        offset = [int(x) for x in p.get("offset_dims", [])]
+        collapsed = [int(x) for x in p.get("collapsed_slice_dims", [])]
+        smap = [int(x) for x in p.get("start_index_map", [])]
+        sizes = [int(x) for x in p.get("slice_sizes", [])]
+        ivd = int(p["index_vector_dim"])
+    except (KeyError, TypeError, ValueError):
+        return
+    if p.get("operand_batching_dims") or p.get("start_indices_batching_dims") or tuple(n.ins.shape.dims) != dims:
+        return
+    if collapsed != [d] or smap != [d] or sizes != [1 if i == d else m for i, m in enumerate(dims)]:
+        return
+    if offset != [i for i in range(len(dims)) if i != d] or idims not in ((c, 1), (c,)) or ivd != 1:
+        return
+    seq = arrays(n.operands[1])
+    if seq is None:
+        return
+    src = [[min(max(int(v), 0), c - 1) for v in a.reshape(-1)] for a in seq]  # XLA clamps starts
+    q = src[0][0]
+    s = (src[1][0] - q) % c
+    for p_ in (1, c - 1):
+        if all(src[r][j] == (p_ * j + s * r + q) % c for r in range(c) for j in range(c)):
+            rows["rvmap"].append((n.gid, b, d, p_, s, q))
+            buffer(n.gid, d)
+            return
