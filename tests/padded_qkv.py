@@ -17,6 +17,9 @@ Variants of the distributed program (the baseline is always the same):
 - ``bias``: the same with a fused bias padded like the weight (also correct);
 - ``whole_pad``: the distributed program of ``correct``, the fused weight padded once after its
   last block instead of per block (the layout bug: k read from q's heads);
+- ``split``: q, k and v split off by a reshape to (S, 3, heads, hd), permuted and unbound
+  (timm's Attention), not by slices (correct); ``split_whole``: that program with the fused
+  weight padded once after its last block (the layout bug);
 - ``swap_kv``: the rank reads its k and v blocks swapped (a bug at the k/v slices);
 - ``bias_repeat``: q, k and v each get their block of a fused bias after the cut (both
   programs); the ranks get the bias whole (duplicate) and pick their columns of each block at
@@ -56,10 +59,12 @@ def _attention(
     widths: tuple[int, int, int],
     cut: tuple[int, int, int],
     pick_bias: bool = False,
+    split: bool = False,
 ) -> str:
     """Body from the fused projection to the context (s, h·hd): ``widths`` the fused dim's
     three blocks (q, k, v) and ``cut`` the offsets of the blocks read as q, k, v; ``pick_bias``:
-    each block cut without bias, then %qbias, %kbias, %vbias added (the rank's own picks)."""
+    each block cut without bias, then %qbias, %kbias, %vbias added (the rank's own picks);
+    ``split``: the blocks split off by a reshape to (S, 3, heads, hd) instead of slices."""
     f = sum(widths)
     hh = h * hd
     lines = [
@@ -72,7 +77,19 @@ def _attention(
         ]
     else:
         lines.append(f"  %qkv = f32[{s},{f}]{{1,0}} copy(f32[{s},{f}]{{1,0}} %qkv0)")
-    for name, at in zip("qkv", cut, strict=True):
+    if split:
+        # timm's Attention: qkv.reshape(S, 3, heads, hd).permute(1, 2, 0, 3), then q, k, v =
+        # its three entries along the first dim (unbind).
+        lines += [
+            f"  %qkv4 = f32[{s},3,{h},{hd}]{{3,2,1,0}} reshape(f32[{s},{f}]{{1,0}} %qkv)",
+            f"  %qkvt = f32[3,{h},{s},{hd}]{{3,2,1,0}} transpose(f32[{s},3,{h},{hd}]{{3,2,1,0}} %qkv4), dimensions={{1,2,0,3}}",
+        ]
+        for i, name in enumerate("qkv"):
+            lines += [
+                f"  %{name}1 = f32[1,{h},{s},{hd}]{{3,2,1,0}} slice(f32[3,{h},{s},{hd}]{{3,2,1,0}} %qkvt), slice={{[{i}:{i + 1}], [0:{h}], [0:{s}], [0:{hd}]}}",
+                f"  %{name}t = f32[{h},{s},{hd}]{{2,1,0}} reshape(f32[1,{h},{s},{hd}]{{3,2,1,0}} %{name}1)",
+            ]
+    for name, at in zip("" if split else "qkv", cut if not split else (), strict=True):
         if pick_bias:
             lines += [
                 f"  %{name}0 = f32[{s},{hh}]{{1,0}} slice(f32[{s},{f}]{{1,0}} %qkv), slice={{[0:{s}], [{at}:{at + hh}]}}",
@@ -131,14 +148,14 @@ def pair(
     base = (
         f"HloModule padded_qkv_base\n\n{ADD}\nENTRY %main ({bparams}) -> f32[{s},{hidden}] {{\n{bdecl}"
         + _attention(
-            n, hd, s, hidden, bias and not pick, (nn, nn, nn), (0, nn, 2 * nn), pick_bias=pick
+            n, hd, s, hidden, bias and not pick, (nn, nn, nn), (0, nn, 2 * nn), pick_bias=pick, split=variant in ("split", "split_whole")
         )
         + f"  ROOT %o = f32[{s},{hidden}]{{1,0}} dot(f32[{s},{nn}]{{1,0}} %c2, f32[{hidden},{nn}]{{1,0}} %Wo), lhs_contracting_dims={{1}}, rhs_contracting_dims={{1}}\n}}\n"
     )
     groups = "{" + ",".join(map(str, range(c))) + "}"
     cut = (0, 2 * ww, ww) if variant == "swap_kv" else (0, ww, 2 * ww)
     fused = {"relation": "padded", "dim": 0, "blocks": [nn, nn, nn], "width": [ww, ww, ww]}
-    if variant == "whole_pad":
+    if variant in ("whole_pad", "split_whole"):
         # The fused weight padded once at its tail (q, k, v, then the padding) and split over
         # the ranks, while the forward cuts each rank's piece per block: rank 0's k is q's
         # heads w..2w-1, and the padding lands in the last ranks' v.
@@ -221,6 +238,7 @@ def pair(
             (ww, ww, ww),
             cut,
             pick_bias=variant in ("leak", "bias_repeat"),
+            split=variant in ("split", "split_whole"),
         )
         + f"  %o = f32[{s},{hidden}]{{1,0}} dot(f32[{s},{ww}]{{1,0}} %c2, f32[{hidden},{ww}]{{1,0}} %Wo), lhs_contracting_dims={{1}}, rhs_contracting_dims={{1}}\n"
         + f"  ROOT %ar = f32[{s},{hidden}]{{1,0}} all-reduce(f32[{s},{hidden}]{{1,0}} %o), replica_groups={{{groups}}}, to_apply=%add\n}}\n"

@@ -43,16 +43,17 @@ def test_fused_qkv_padded_per_block_verifies(n: int, c: int) -> None:
     assert _equal(base, dist, rel)
 
 
-@pytest.mark.parametrize("variant", ["bias", "bias_repeat"])
+@pytest.mark.parametrize("variant", ["bias", "bias_repeat", "split"])
 def test_fused_bias_and_non_zero_padding_meeting_zero_weights_verify(variant: str) -> None:
-    """A fused bias padded like the weight; or each block's bias picked per rank with the pick
-    clamped (the padded heads non-zero) while the output projection is zero-padded."""
+    """A fused bias padded like the weight; each block's bias picked per rank with the pick
+    clamped (the padded heads non-zero) while the output projection is zero-padded; the blocks
+    split off by a reshape (timm's qkv.reshape(B, N, 3, heads, hd)) instead of slices."""
     base, dist, rel = pair(variant=variant)
     assert _verdict(base, dist, rel) == "verified"
     assert _equal(base, dist, rel)
 
 
-@pytest.mark.parametrize("variant", ["whole_pad", "swap_kv", "leak"])
+@pytest.mark.parametrize("variant", ["whole_pad", "split_whole", "swap_kv", "leak"])
 def test_fused_qkv_padding_bugs_do_not_verify_and_differ(variant: str) -> None:
     base, dist, rel = pair(variant=variant)
     assert _verdict(base, dist, rel) == "diverged"

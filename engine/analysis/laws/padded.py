@@ -28,6 +28,17 @@ rank's own rows (``rows``), and reshapes derive more (splitting or merging the p
 ``padrows(k, d, w, Si)``          distributed: index_select along d (rows kept in place) of an
                                    operand with n <= c·w elements there by a w-entry index of
                                    shape Si (XLA's gather clamps an index past the end to n-1).
+``pbslice(k, d, W, s, w, f, kp)`` padded in blocks (padb, spec s "n:w,..." from the relations
+                                   file): slice k takes exactly one block of d, kp that block's
+                                   w per-rank positions out of W; f = 1 when the block has no
+                                   padding (c·w = n).
+``pbsplit(k, d, W, s, e, w, kp)`` reshape splitting d of m equal blocks into (m, n/T, T...): the
+                                   block index at e - 1 whole, pad(e, w) after it.
+``pbns(k, d, W, s, kp)``          broadcast of a duplicate that creates d, for a spec s of that
+                                   total: every index holds the same value, so any layout holds.
+
+The pad tables' rows serve padb too where the width stays W (an op acting on each index of d
+alone, in place, keeps every block's layout; see rules/padded.egg).
 
 Side conditions (audit, issue 23): the zero-tail sets (ZERO_UNARY/ZERO_BOTH/ZERO_EITHER) list
 only maps with f(0) = 0 for every element type they accept (integers of any width exactly,
@@ -52,7 +63,7 @@ if TYPE_CHECKING:
     from ..graph import Graphs, Node
 
 Rows = dict[str, list[tuple[object, ...]]]
-TABLES = ("pm1", "pm2", "pm2l", "pm2r", "pm3", "pbn", "pdb", "pdc", "psum", "pcat", "padrows", "pbslice", "pbns")
+TABLES = ("pm1", "pm2", "pm2l", "pm2r", "pm3", "pbn", "pdb", "pdc", "psum", "pcat", "padrows", "pbslice", "pbns", "pbsplit")
 
 # f(0) = 0 exactly (and f(-0) = ±0): a zero tail stays zero. Not exp, cos, logistic, rsqrt,
 # log, not, ... (their value at 0 is not 0).
@@ -172,6 +183,8 @@ class PadTables:
             self._broadcast(sig, ins, ins_dims[0], out)
         elif op == "reshape":
             self._reshape(sig, ins_dims[0], out)
+            if self.specs:
+                self._block_split(sig, ins_dims[0], out)
         elif op == "slice":
             sl = [tuple(x) for x in ins.parsed.get("slice", [])]
             src = ins_dims[0]
@@ -230,11 +243,38 @@ class PadTables:
                 w = sum(x for _, x in blocks)
                 add("pbns", k, e, w, spec_text(blocks), sig.with_dims(None, _set(out, e, w)).key())
 
+    def _block_split(self, sig: Sig, src: Dims, out: Dims) -> None:
+        """pbsplit(k, d, W, spec, e, w', kp): reshape k splits dim d, m equal blocks of n (spec
+        "n:w" m times), into (m, n/T, T...) at dims e, e + 1, ... (timm's
+        ``qkv.reshape(B, N, 3, heads, hd)``): dim e picks the block and is whole on the ranks
+        (m), dim e + 1 holds the block's n/T rows padded to c·w/T (T the product of the dims
+        after it, dividing n and w)."""
+        for d, n in enumerate(src):
+            for blocks in self.specs.get(n, ()):
+                nb, wb = blocks[0]
+                m = len(blocks)
+                if any(b != (nb, wb) for b in blocks) or m < 2:
+                    continue
+                before = prod(src[:d])
+                for e in range(len(out) - 1):
+                    if prod(out[:e]) != before or out[e] != m:
+                        continue
+                    for f in range(e + 2, len(out) + 1):
+                        if prod(out[e + 1 : f]) != nb:
+                            continue
+                        t = prod(out[e + 2 : f])
+                        if nb % t or wb % t:
+                            continue
+                        self.note(nb // t, wb // t)
+                        kp = sig.with_dims([_set(src, d, m * wb)], _set(out, e + 1, wb // t)).key()
+                        self.add("pbsplit", sig.key(), d, m * wb, spec_text(blocks), e + 1, wb // t, kp)
+
     def _block_slice(self, sig: Sig, sl: list[tuple[int, ...]], src: Dims, out: Dims) -> None:
-        """pbslice(k, d, W, spec, w_i, kp): slice k takes exactly block i of dim d of a tensor
+        """pbslice(k, d, W, spec, w_i, full, kp): slice k takes exactly block i of dim d of a tensor
         padded in blocks (spec: (n, w) of each block; baseline [o_i, o_i + n_i), stride 1),
         and kp takes that block's per-rank piece [O_i, O_i + w_i) out of the W = sum(w) there
-        (O_i the widths of the blocks before it). Every other dim is sliced alike."""
+        (O_i the widths of the blocks before it); full = 1 when c·w_i = n_i (the block has no
+        padding, so no tail). Every other dim is sliced alike."""
         for d, n in enumerate(src):
             for blocks in self.specs.get(n, ()):
                 total = sum(w for _, w in blocks)
@@ -243,7 +283,8 @@ class PadTables:
                     if tuple(sl[d]) == (o, o + nb, 1):
                         new = list(sl)
                         new[d] = (oo, oo + wb, 1)
-                        self.add("pbslice", sig.key(), d, total, spec_text(blocks), wb, sig.with_dims([_set(src, d, total)], _set(out, d, wb), slice=new).key())
+                        full = 1 if self.c * wb == nb else 0  # no padding in this block: no tail
+                        self.add("pbslice", sig.key(), d, total, spec_text(blocks), wb, full, sig.with_dims([_set(src, d, total)], _set(out, d, wb), slice=new).key())
                     o, oo = o + nb, oo + wb
 
     def _reshape(self, sig: Sig, src: Dims, out: Dims) -> None:
