@@ -2528,3 +2528,79 @@ def takealong(rng: random.Random) -> Program:
 
 
 FAMILIES["takealong"] = takealong
+
+
+# ---- padded in blocks: a fused weight, each block padded on its own (rules/padded.egg padb) ------
+
+
+def padblocks(rng: random.Random) -> Program:
+    """x fused along dim 0 from 2 or 3 blocks of n_i rows, each padded to c·w_i (w_i >= n_i/c,
+    sometimes wider than needed) and split over the ranks, rank r holding its rows of every
+    block in block order. A map on the fused tensor (zero-keeping or not: add of a constant, a
+    dot with a duplicate matrix, exp, ...), block i cut out, a second map, then the sum over the
+    padded rows (all-reduce on the ranks). Defects drawn: the rank cuts block i at another
+    block's offset or one row off, the relation declared as one padding after the whole fused
+    tensor (the layout bug), an all-reduce over other groups."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    t = rng.choice(["f32", "f32", "s32", "s8", "u8", "s16"])
+    is_int = t in RANGES
+    nb = rng.choice([2, 3])
+    blocks, widths = [], []
+    for _ in range(nb):
+        n = rng.randrange(1, 3 * c)
+        w = -(-n // c) + (1 if rng.random() < 0.2 else 0)
+        blocks.append(n)
+        widths.append(w)
+    F, W, h = sum(blocks), sum(widths), 2
+    i = rng.randrange(nb)
+    o, oo = sum(blocks[:i]), sum(widths[:i])
+    defect = rng.choice(["none"] * 5 + ["offset", "shift", "whole", "groups"])
+    at = oo
+    if defect == "offset":
+        at = rng.choice([sum(widths[:j]) for j in range(nb) if sum(widths[:j]) != oo and sum(widths[:j]) + widths[i] <= W] or [oo])
+    elif defect == "shift":
+        at = oo + 1 if oo + 1 + widths[i] <= W else max(oo - 1, 0)
+    maps1 = ["id", "add-k", "neg", "dot"] + ([] if is_int else ["exp"])
+    maps2 = ["id", "mul-k", "add-k"] + ([] if is_int else ["tanh", "exp"])
+    f1, f2 = rng.choice(maps1), rng.choice(maps2)
+    k = rng.choice([0, 1, 3])
+    ar_groups = _other_groups(rng, groups) if defect == "groups" else groups
+
+    def apply(f: str, src: str, dst: str, rows: int) -> str:
+        sh = f"{t}[{rows},{h}]"
+        if f == "id":
+            return f"  %{dst} = {sh} copy({sh} %{src})\n"
+        if f in ("neg", "exp", "tanh"):
+            op = {"neg": "negate", "exp": "exponential", "tanh": "tanh"}[f]
+            return f"  %{dst} = {sh} {op}({sh} %{src})\n"
+        if f == "dot":
+            return f"  %{dst} = {sh} dot({sh} %{src}, {t}[{h},{h}] %a), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}\n"
+        op = "add" if f == "add-k" else "multiply"
+        return (f"  %{dst}k = {t}[] constant({k})\n  %{dst}b = {sh} broadcast({t}[] %{dst}k), dimensions={{}}\n"
+                f"  %{dst} = {sh} {op}({sh} %{src}, {sh} %{dst}b)\n")
+
+    def prog(name: str, rows: int, cut: int, take: int, tail: str) -> str:
+        return ("HloModule " + name + "\n\n" + _reducer("add", "add", t)
+                + f"\nENTRY %main (x: {t}[{rows},{h}], a: {t}[{h},{h}]) -> {t}[{h}] {{\n  %x = {t}[{rows},{h}] parameter(0)\n  %a = {t}[{h},{h}] parameter(1)\n"
+                + apply(f1, "x", "y", rows)
+                + f"  %s = {t}[{take},{h}] slice({t}[{rows},{h}] %y), slice={{[{cut}:{cut + take}], [0:{h}]}}\n"
+                + apply(f2, "s", "z", take)
+                + f"  %zero = {t}[] constant(0)\n  %l = {t}[{h}] reduce({t}[{take},{h}] %z, {t}[] %zero), dimensions={{0}}, to_apply=%add\n" + tail + "}\n")
+
+    base = prog("pb_base", F, o, blocks[i], f"  ROOT %o = {t}[{h}] copy({t}[{h}] %l)\n")
+    dist = prog("pb_dist", W, at, widths[i], f"  ROOT %o = {t}[{h}] all-reduce({t}[{h}] %l), channel_id=1, replica_groups={_groups_text(ar_groups)}, use_global_device_ids=true, to_apply=%add\n")
+    entry: dict[str, Any] = {"baseline": 0, "distributed": 0, "relation": "padded", "dim": 0, "blocks": blocks, "width": widths}
+    if defect == "whole":
+        entry = {"baseline": 0, "distributed": 0, "relation": "padded", "dim": 0, "width": max(W, -(-F // c))}
+        if entry["width"] != W:  # the program's per-rank extent stays W: no layout of that size
+            entry["width"] = W
+    if is_int:
+        entry["int_range"] = [0 if t[0] == "u" else -3, 5]
+    rel = {"groups": groups, "inputs": [entry, {"baseline": 1, "distributed": 1, "relation": "duplicate", **({"int_range": [0, 3]} if is_int else {})}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    form = f"{t} blocks {blocks} widths {widths} over c={c}, block {i} cut at {at} (expected {oo}), {f1} then {f2} (k={k}), defect {defect} (groups {groups})"
+    return Program("padblocks", form, base, dist, rel)
+
+
+FAMILIES["padblocks"] = padblocks
