@@ -210,7 +210,14 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
     for x, xp, _da, _ka, _db, kb, m, _x in tables["pexp"]:
         add(x, xp, f"exp relative to the running max over key blocks {_mask(m)}, key block (r+{kb}) mod c")
     for x, xp, e, ka, s, m, _x, _db, _w in tables["osum"]:
-        add(x, xp, f"the sum over key blocks {_mask(s)} relative to the running max over key blocks {_mask(m)}, rows of block (r+{ka}) mod c along dim {e}")
+        text = f"the sum over key blocks {_mask(s)} relative to the running max over key blocks {_mask(m)}, rows of block (r+{ka}) mod c along dim {e}"
+        if x in cls_of_value:
+            add(x, xp, text)
+        else:
+            # x is a term the rules wrote (rules/dotscale.egg's dot(E, V)), no baseline
+            # instruction: the rank's sum still counts as related, so a wrong step of the ring
+            # is found at that step and not at the dots feeding it.
+            add_dist_only(xp, text, "ring/online-softmax")
     for name in ("shifted", "below0", "abovew", "outside", "clamped", "vgather", "vmask"):
         for ids, xp, w in tables[name]:
             if ids in cls_of_value:

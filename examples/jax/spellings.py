@@ -238,6 +238,8 @@ def _ring_attention_bf16(ctx: JaxContext, form: str) -> JaxModel:
     def per_device(q: Any, k: Any, v: Any) -> Any:
         nxt = [(j, (j + 1) % c) for j in range(c)]
         m = den = acc = None
+        # The type the exp terms enter their dot with v in (a no-op cast when f32).
+        weights = jnp.bfloat16 if bug == "ring_bf16_probs_cast" else f32  # BUG-SITE: ring_bf16_probs_cast
         for step in range(c):
             if step:
                 k, v = jax.lax.ppermute(k, "sp", nxt), jax.lax.ppermute(v, "sp", nxt)
@@ -250,13 +252,13 @@ def _ring_attention_bf16(ctx: JaxContext, form: str) -> JaxModel:
             if m is None:
                 m = bmax
                 p = jnp.exp(scores - m)
-                den, acc = p.sum(axis=-1, keepdims=True), jnp.einsum("hqk,khd->hqd", p, v)
+                den, acc = p.sum(axis=-1, keepdims=True), jnp.einsum("hqk,khd->hqd", p.astype(weights), v, preferred_element_type=f32)
                 continue
             m_new = jnp.maximum(m, bmax)
             scale = jnp.exp(m - m_new)
             p = jnp.exp(scores - m_new)
             den = (den * scale + p.sum(axis=-1, keepdims=True)).astype(jnp.bfloat16 if bug == "ring_bf16_denominator" else f32)  # BUG-SITE: ring_bf16_denominator
-            acc = (acc if bug == "ring_bf16_no_rescale" else acc * scale) + jnp.einsum("hqk,khd->hqd", p, v)  # BUG-SITE: ring_bf16_no_rescale
+            acc = (acc if bug == "ring_bf16_no_rescale" else acc * scale) + jnp.einsum("hqk,khd->hqd", p.astype(weights), v, preferred_element_type=f32)  # BUG-SITE: ring_bf16_no_rescale
             m = m_new
         return (acc / den).transpose(1, 0, 2).astype(q.dtype)
 
