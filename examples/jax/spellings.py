@@ -15,7 +15,9 @@ common JAX code write it; a bug variant differs from the correct model only on t
 - ``moe_argmax_routing``: top-1 MoE routing with a vmapped ``jnp.argmax`` (JAX's NaN-first
   combine), experts tensor-parallel;
 - ``ring_attention``: ring attention (context parallelism): queries stay, key/value blocks pass to
-  the next rank, an online softmax (running max, rescaled denominator and numerator) folds each.
+  the next rank, an online softmax (running max, rescaled denominator and numerator) folds each;
+- ``ring_attention_causal`` / ``ring_attention_causal_finfo``: the same with a causal mask built
+  from ``lax.axis_index`` positions, masked scores -inf / ``finfo.min``.
 """
 
 from __future__ import annotations
@@ -283,12 +285,13 @@ def ring_attention_bf16_scores_upcast(ctx: JaxContext) -> JaxModel:
     return _ring_attention_bf16(ctx, "upcast")
 
 
-def ring_attention_causal(ctx: JaxContext) -> JaxModel:
+def _ring_attention_causal(ctx: JaxContext, fill: float) -> JaxModel:
     """Causal ring attention (context parallelism) in shard_map: rank r keeps query block r and at
     step k holds key/value block (r - k) mod c; the causal mask compares absolute positions built
-    from ``lax.axis_index`` (queries r*b + iota, keys ((r - k) mod c)*b + iota), masked scores are
-    -inf, and the online softmax starts from the diagonal block (step 0), which has an unmasked key
-    in every query row, so the running max is finite from the first step on."""
+    from ``lax.axis_index`` (queries r*b + iota, keys ((r - k) mod c)*b + iota), masked scores get
+    ``fill`` (-inf, or flax's finfo(dtype).min), and the online softmax starts from the diagonal
+    block (step 0), which keeps a key in every query row, so the running max is finite from the
+    first step on."""
     s, h, hd, c = ctx.knob("seq", 16), ctx.knob("heads", 2), ctx.knob("head_dim", 8), ctx.knob("tp", 4)
     mesh = ctx.mesh({"sp": c})
     bug = ctx.variant
@@ -296,9 +299,8 @@ def ring_attention_causal(ctx: JaxContext) -> JaxModel:
     def attn(q: Any, k: Any, v: Any) -> Any:
         pos = jnp.arange(s)
         scores = jnp.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd)
-        scores = jnp.where(pos[:, None] >= pos[None, :], scores, -jnp.inf)
-        p = jax.nn.softmax(scores, axis=-1)
-        return jnp.einsum("hqk,khd->qhd", p, v)
+        scores = jnp.where(pos[:, None] >= pos[None, :], scores, fill)
+        return jnp.einsum("hqk,khd->qhd", jax.nn.softmax(scores, axis=-1), v)
 
     def per_device(q: Any, k: Any, v: Any) -> Any:
         b = q.shape[0]
@@ -310,8 +312,11 @@ def ring_attention_causal(ctx: JaxContext) -> JaxModel:
             if step:
                 k, v = jax.lax.ppermute(k, "sp", nxt), jax.lax.ppermute(v, "sp", nxt)
             k_pos = ((idx - step) % c) * b + jnp.arange(b)
+            if bug == "ring_causal_offset":
+                k_pos = k_pos + b  # BUG-SITE: ring_causal_offset
             scores = jnp.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd)
-            scores = jnp.where(q_pos[:, None] >= k_pos[None, :], scores, -jnp.inf)
+            keep = (q_pos[:, None] > k_pos[None, :]) if bug == "ring_causal_gt" else (q_pos[:, None] >= k_pos[None, :])  # BUG-SITE: ring_causal_gt
+            scores = jnp.where(keep, scores, fill)
             bmax = scores.max(axis=-1, keepdims=True)
             if m is None:
                 m = bmax
@@ -329,7 +334,7 @@ def ring_attention_causal(ctx: JaxContext) -> JaxModel:
     spec = ("sp", None, None)
     dist = shard_map(per_device, mesh=mesh, in_specs=(P(*spec),) * 3, out_specs=P(*spec), check_vma=False)
     return JaxModel(attn, dist, mesh, [JaxInput(n, (s, h, hd), spec=spec) for n in ("q", "k", "v")], outputs=[spec],
-                    description=f"causal ring attention in shard_map, SP {c}")
+                    description=f"causal ring attention in shard_map, masked scores {fill}, SP {c}")
 
 
 def ring_attention_causal(ctx: JaxContext) -> JaxModel:

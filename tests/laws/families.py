@@ -2604,3 +2604,137 @@ def padblocks(rng: random.Random) -> Program:
 
 
 FAMILIES["padblocks"] = padblocks
+
+
+# ---- causal ring attention: the mask per rank and step, the -inf fill (rules/ringmask.egg) -----
+
+
+def ringmask(rng: random.Random) -> Program:
+    """Causal ring attention over one head: the baseline masks q . k^T with positions
+    compare(iota_q, iota_k) (GE, or LE with the operands swapped; 2-D iotas or 1-D iotas
+    broadcast), fills the masked scores (-inf, -1e9, f32's lowest, or a moderate -0.5) and takes
+    the softmax times v; rank r (rank parameter, index in its group) keeps query block r, k/v
+    travel one rank on per step, and step j masks with positions r*b + iota against
+    ((r - j) mod c)*b + iota (the block index spelled as a non-negative remainder or as
+    Python's % with its sign fix-up; the position type s32, s64, u32 or s8), then folds an
+    online softmax (running max, rescaled denominator and numerator). The select keeps the
+    scores where the mask holds (or takes the fill where its complement LT holds). Drawn: those
+    spellings, the groups, and the defects: a strict compare (GT) on the ranks, the key
+    positions offset by one block, the mask on the wrong axis (k >= q), the key block of step
+    j + 1 used at step j (the mask one step ahead of the keys), a permute before the first step
+    (a ring starting at block r - 1: NaN on rank 0 with a -inf fill, equal with a finite one),
+    the last step's fill another value, one step short."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    t = "f32"
+    b, d = 2, 2
+    s = c * b
+    pt = rng.choice(["s32", "s32", "s64", "u32", "s8"])
+    fill = rng.choice(["-inf", "-inf", "-1e+09", "-3.40282347e+38", "-0.5"])
+    spell = rng.choice(["GE", "LE"])  # GE(q, k) or LE(k, q)
+    keep_then = rng.random() < 0.7  # select(m, x, fill); else select(not-m, fill, x)
+    base_2d = rng.random() < 0.5
+    modform = rng.choice(["rem", "pymod"])
+    defect = rng.choice(["none"] * 6 + ["gt", "offset", "axis", "ahead", "sendfirst", "fill", "short"])
+    steps = c - 1 if defect == "short" and c > 1 else c
+    lo = "-inf"
+
+    def mask_lines(pre: str, qp: str, kp: str, shape: str, strict: bool = False, swap_axis: bool = False) -> list[str]:
+        a, bb = (kp, qp) if swap_axis else (qp, kp)
+        if keep_then:
+            dirn, x, y = ("GT" if strict else "GE", a, bb) if spell == "GE" else ("LT" if strict else "LE", bb, a)
+        else:  # the complement: q < k (or k > q) takes the fill
+            dirn, x, y = ("LE" if strict else "LT", a, bb) if spell == "GE" else ("GE" if strict else "GT", bb, a)
+        return [f"  %{pre}m = pred[{shape}] compare({pt}[{shape}] {x}, {pt}[{shape}] {y}), direction={dirn}"]
+
+    def select_line(pre: str, m: str, x: str, f: str, shape: str) -> str:
+        ops = (x, f) if keep_then else (f, x)
+        return f"  %{pre}x = {t}[{shape}] select(pred[{shape}] {m}, {t}[{shape}] {ops[0]}, {t}[{shape}] {ops[1]})"
+
+    ss = f"{s},{s}"
+    base = [f"  %q = {t}[{s},{d}] parameter(0)", f"  %k = {t}[{s},{d}] parameter(1)", f"  %v = {t}[{s},{d}] parameter(2)",
+            f"  %sc = {t}[{ss}] dot({t}[{s},{d}] %q, {t}[{s},{d}] %k), lhs_contracting_dims={{1}}, rhs_contracting_dims={{1}}"]
+    if base_2d:
+        base += [f"  %iq = {pt}[{ss}] iota(), iota_dimension=0", f"  %ik = {pt}[{ss}] iota(), iota_dimension=1"]
+    else:
+        base += [f"  %i1 = {pt}[{s}] iota(), iota_dimension=0", f"  %iq = {pt}[{ss}] broadcast({pt}[{s}] %i1), dimensions={{0}}",
+                 f"  %ik = {pt}[{ss}] broadcast({pt}[{s}] %i1), dimensions={{1}}"]
+    base += mask_lines("", "%iq", "%ik", ss)
+    base += [f"  %f = {t}[] constant({fill})", f"  %fb = {t}[{ss}] broadcast({t}[] %f), dimensions={{}}", select_line("", "%m", "%sc", "%fb", ss),
+             f"  %lo = {t}[] constant({lo})", f"  %zero = {t}[] constant(0)",
+             f"  %mx = {t}[{s}] reduce({t}[{ss}] %x, {t}[] %lo), dimensions={{1}}, to_apply=%mx",
+             f"  %mb = {t}[{ss}] broadcast({t}[{s}] %mx), dimensions={{0}}", f"  %sub = {t}[{ss}] subtract({t}[{ss}] %x, {t}[{ss}] %mb)",
+             f"  %e = {t}[{ss}] exponential({t}[{ss}] %sub)", f"  %den = {t}[{s}] reduce({t}[{ss}] %e, {t}[] %zero), dimensions={{1}}, to_apply=%add",
+             f"  %num = {t}[{s},{d}] dot({t}[{ss}] %e, {t}[{s},{d}] %v), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}",
+             f"  %db = {t}[{s},{d}] broadcast({t}[{s}] %den), dimensions={{0}}", f"  ROOT %o = {t}[{s},{d}] divide({t}[{s},{d}] %num, {t}[{s},{d}] %db)"]
+    bs = f"{b},{b}"
+    pairs = [(g[i], g[(i + 1) % c]) for g in groups for i in range(c)]
+    dist = ["  %r = s32[] parameter(0)", f"  %q = {t}[{b},{d}] parameter(1)", f"  %k0 = {t}[{b},{d}] parameter(2)", f"  %v0 = {t}[{b},{d}] parameter(3)",
+            f"  %rp = {pt}[] convert(s32[] %r)" if pt != "s32" else "  %rp = s32[] copy(s32[] %r)",
+            f"  %bsz = {pt}[] constant({b})", f"  %cn = {pt}[] constant({c})", f"  %zi = {pt}[] constant(0)",
+            f"  %qo = {pt}[] multiply({pt}[] %rp, {pt}[] %bsz)", f"  %qob = {pt}[{bs}] broadcast({pt}[] %qo), dimensions={{}}",
+            f"  %iq = {pt}[{bs}] iota(), iota_dimension=0", f"  %qp = {pt}[{bs}] add({pt}[{bs}] %qob, {pt}[{bs}] %iq)",
+            f"  %ik = {pt}[{bs}] iota(), iota_dimension=1",
+            f"  %lo = {t}[] constant({lo})", f"  %zero = {t}[] constant(0)"]
+    kv, vv, m, den, num = "%k0", "%v0", "", "", ""
+    first = 1 if defect == "sendfirst" else 0
+    for j in range(steps):
+        held = j + first  # the key block held at this step is (r - held) mod c
+        if held:
+            dist += [f"  %k{held}p = {t}[{b},{d}] collective-permute({t}[{b},{d}] {kv}), channel_id={2 * held}, source_target_pairs={_pairs_text(pairs)}",
+                     f"  %v{held}p = {t}[{b},{d}] collective-permute({t}[{b},{d}] {vv}), channel_id={2 * held + 1}, source_target_pairs={_pairs_text(pairs)}"]
+            kv, vv = f"%k{held}p", f"%v{held}p"
+        blk = held + (1 if defect == "ahead" else 0)
+        p = f"s{j}"
+        if modform == "rem" or pt[0] == "u":
+            dist += [f"  %{p}a = {pt}[] constant({(c - blk % c) % c})", f"  %{p}t = {pt}[] add({pt}[] %rp, {pt}[] %{p}a)",
+                     f"  %{p}kb = {pt}[] remainder({pt}[] %{p}t, {pt}[] %cn)"]
+        else:
+            dist += [f"  %{p}a = {pt}[] constant({blk})", f"  %{p}t = {pt}[] subtract({pt}[] %rp, {pt}[] %{p}a)",
+                     f"  %{p}rm = {pt}[] remainder({pt}[] %{p}t, {pt}[] %cn)", f"  %{p}ng = pred[] compare({pt}[] %{p}rm, {pt}[] %zi), direction=LT",
+                     f"  %{p}ad = {pt}[] add({pt}[] %{p}rm, {pt}[] %cn)", f"  %{p}kb = {pt}[] select(pred[] %{p}ng, {pt}[] %{p}ad, {pt}[] %{p}rm)"]
+        dist += [f"  %{p}ko = {pt}[] multiply({pt}[] %{p}kb, {pt}[] %bsz)", f"  %{p}kob = {pt}[{bs}] broadcast({pt}[] %{p}ko), dimensions={{}}",
+                 f"  %{p}kp = {pt}[{bs}] add({pt}[{bs}] %{p}kob, {pt}[{bs}] %ik)"]
+        kp = f"%{p}kp"
+        if defect == "offset":
+            dist += [
+                f"  %{p}bb = {pt}[{bs}] broadcast({pt}[] %bsz), dimensions={{}}", f"  %{p}kpo = {pt}[{bs}] add({pt}[{bs}] {kp}, {pt}[{bs}] %{p}bb)"]
+            kp = f"%{p}kpo"
+        dist += mask_lines(p, "%qp", kp, bs, strict=defect == "gt", swap_axis=defect == "axis")
+        fv = "0.25" if defect == "fill" and j == steps - 1 else fill
+        dist += [f"  %{p}sc = {t}[{bs}] dot({t}[{b},{d}] %q, {t}[{b},{d}] {kv}), lhs_contracting_dims={{1}}, rhs_contracting_dims={{1}}",
+                 f"  %{p}f = {t}[] constant({fv})", f"  %{p}fb = {t}[{bs}] broadcast({t}[] %{p}f), dimensions={{}}",
+                 select_line(p, f"%{p}m", f"%{p}sc", f"%{p}fb", bs),
+                 f"  %{p}bm = {t}[{b}] reduce({t}[{bs}] %{p}x, {t}[] %lo), dimensions={{1}}, to_apply=%mx"]
+        if not m:
+            mn = f"%{p}bm"
+        else:
+            dist.append(f"  %{p}mn = {t}[{b}] maximum({t}[{b}] {m}, {t}[{b}] %{p}bm)")
+            mn = f"%{p}mn"
+        dist += [f"  %{p}mb = {t}[{bs}] broadcast({t}[{b}] {mn}), dimensions={{0}}", f"  %{p}sub = {t}[{bs}] subtract({t}[{bs}] %{p}x, {t}[{bs}] %{p}mb)",
+                 f"  %{p}e = {t}[{bs}] exponential({t}[{bs}] %{p}sub)",
+                 f"  %{p}ds = {t}[{b}] reduce({t}[{bs}] %{p}e, {t}[] %zero), dimensions={{1}}, to_apply=%add",
+                 f"  %{p}nm = {t}[{b},{d}] dot({t}[{bs}] %{p}e, {t}[{b},{d}] {vv}), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}"]
+        if not m:
+            den, num = f"%{p}ds", f"%{p}nm"
+        else:
+            dist += [f"  %{p}dm = {t}[{b}] subtract({t}[{b}] {m}, {t}[{b}] {mn})", f"  %{p}cf = {t}[{b}] exponential({t}[{b}] %{p}dm)",
+                     f"  %{p}d1 = {t}[{b}] multiply({t}[{b}] {den}, {t}[{b}] %{p}cf)", f"  %{p}d2 = {t}[{b}] add({t}[{b}] %{p}d1, {t}[{b}] %{p}ds)",
+                     f"  %{p}cb = {t}[{b},{d}] broadcast({t}[{b}] %{p}cf), dimensions={{0}}",
+                     f"  %{p}n1 = {t}[{b},{d}] multiply({t}[{b},{d}] {num}, {t}[{b},{d}] %{p}cb)", f"  %{p}n2 = {t}[{b},{d}] add({t}[{b},{d}] %{p}n1, {t}[{b},{d}] %{p}nm)"]
+            den, num = f"%{p}d2", f"%{p}n2"
+        m = mn
+    dist += [f"  %db = {t}[{b},{d}] broadcast({t}[{b}] {den}), dimensions={{0}}", f"  ROOT %o = {t}[{b},{d}] divide({t}[{b},{d}] {num}, {t}[{b},{d}] %db)"]
+    head = _reducer("mx", "maximum", t) + "\n" + _reducer("add", "add", t)
+    bt, dt_ = f"{t}[{s},{d}]", f"{t}[{b},{d}]"
+    base_text = f"HloModule rm_base\n\n{head}\nENTRY %main (q: {bt}, k: {bt}, v: {bt}) -> {bt} {{\n" + "\n".join(base) + "\n}\n"
+    dist_text = f"HloModule rm_dist\n\n{head}\nENTRY %main (r: s32[], q: {dt_}, k: {dt_}, v: {dt_}) -> {dt_} {{\n" + "\n".join(dist) + "\n}\n"
+    rel = {"groups": groups, "inputs": [{"distributed": 0, "relation": "rank"}] + [
+        {"baseline": i, "distributed": i + 1, "relation": "sharded", "dim": 0} for i in range(3)],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 0}]}
+    form = (f"{pt} mask {spell} {'keep' if keep_then else 'complement'}, fill {fill}, {'2-D' if base_2d else '1-D'} iotas, "
+            f"block index {modform}, {steps} steps, defect {defect} (groups {groups})")
+    return Program("ringmask", form, base_text, dist_text, rel)
+
+
+FAMILIES["ringmask"] = ringmask

@@ -72,6 +72,7 @@ from . import (
     rankselect,
     ring,
     ringfill,
+    ringmask,
     ringrun,
     rollring,
     scaling,
@@ -158,6 +159,7 @@ FAMILIES: list[Family] = [
     Family("gatherbatch", "gatherbatch.egg", gatherbatch.TABLES, gatherbatch.OPCODES, gatherbatch.instruction_rows),
     Family("ringfill", "ringfill.egg", ringfill.TABLES, ringfill.OPCODES, ringfill.instruction_rows),  # rot2, rred, osum, moves2x2: ring; fill: layout
     Family("dotscale", "dotscale.egg", dotscale.TABLES, graph_rows=dotscale.graph_rows),  # dotc2/moves1 rows of its new terms: core
+    Family("ringmask", "ringmask.egg", ringmask.TABLES, graph_rows=ringmask.graph_rows),  # rlive: ring; rot2, rred: ring; rkany: rankint; sel2: ringfill
     Family("rollring", "rollring.egg", rollring.TABLES, graph_rows=rollring.graph_rows),  # rpart, rot: ringcollect, permute
     Family("convmax", "convmax.egg", convmax.TABLES, graph_rows=convmax.graph_rows),  # ident: partition; shape rows of its baseline terms: core
     Family("takealong", "takealong.egg", takealong.TABLES, takealong.OPCODES, takealong.instruction_rows, takealong.graph_rows),  # xgb: crossentropy; shifted, outside, clamped: slicing

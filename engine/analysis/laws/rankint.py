@@ -20,8 +20,8 @@ masks compared per block, ``(idx - i) % c`` rings, clamps, one-hot tables are ju
 Side conditions (soundness first, audit of issue 23):
 - every value is computed in its own element type with XLA's semantics: two's-complement wrap
   of add/subtract/multiply/negate/abs/convert in narrow and unsigned types; integer divide and
-  remainder truncate toward zero (computed exactly for types of at most 32 bits; a zero divisor
-  or the signed MIN / -1 case gives no value, and so do 64-bit divisions); compares by the
+  remainder truncate toward zero (computed exactly, 64-bit types in Python ints; a zero divisor
+  or the signed MIN / -1 case gives no value); compares by the
   operand type (a ``type=`` attribute that disagrees with it gives no value); shifts only for
   amounts within the type's width;
 - a value is evaluated only for int and pred types (floats never: rounding); a constant only
@@ -47,7 +47,7 @@ from ...ir import Instruction
 if TYPE_CHECKING:
     from ..graph import Graphs
 
-TABLES = ("rkdup", "rkshard", "rkaff", "rkmod", "rkdiv")
+TABLES = ("rkdup", "rkshard", "rkaff", "rkmod", "rkdiv", "rkrot", "rkrot2", "rkany")
 MAX_ELEMENTS = 1 << 16  # per rank (issue 25: ~64k)
 OPCODES = frozenset({
     "parameter", "constant", "iota", "broadcast", "reshape", "transpose", "slice", "concatenate", "copy",
@@ -115,7 +115,8 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
 
     def could_match(gid: int) -> bool:
         dt, dims = g.nodes[gid].ins.shape.dtype, tuple(g.nodes[gid].ins.shape.dims)
-        return (dt, dims) in shapes or any((dt, (*dims[:d], dims[d] * c, *dims[d + 1 :])) in shapes for d in range(len(dims)))
+        return (dt, dims) in shapes or any((dt, _grown(dims, c, d)) in shapes for d in range(len(dims))) or any(
+            (dt, _grown(dims, c, da, db)) in shapes for da in range(len(dims)) for db in range(da + 1, len(dims)))
 
     wanted = [gid for gid in wanted if could_match(gid)] + scalars
     if not wanted:
@@ -153,6 +154,11 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
             table.setdefault((n.ins.shape.dtype, tuple(n.ins.shape.dims), v.tobytes()), []).append(n.gid)
     if not table:
         return
+    # The same values by shape (numpy dtype string, dims), for the rotated blocks.
+    by_shape: dict[tuple[str, tuple[int, ...]], list[tuple[Any, list[int]]]] = {}
+    for (_, dims_, _), gids in table.items():
+        first = base_ev.value(gids[0])
+        by_shape.setdefault((first.dtype.str, dims_), []).append((first, gids))
     for gid in known:
         ins = g.nodes[gid].ins
         vals = [per_rank[r][gid] for r in range(c)]
@@ -164,6 +170,54 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
             whole = np.ascontiguousarray(np.concatenate(vals, axis=d))
             for b in table.get((dt, tuple(whole.shape), whole.tobytes()), []):
                 rows["rkshard"].append((b, gid, d))
+        _rotated_rows(np, rows, gid, vals, by_shape)
+
+
+def _grown(dims: tuple[int, ...], c: int, *ds: int) -> tuple[int, ...]:
+    """``dims`` with each dim in ``ds`` c times larger (the baseline shape a block of it is cut from)."""
+    return tuple(n * c if i in ds else n for i, n in enumerate(dims))
+
+
+def _block(x: Any, cuts: dict[int, int], sizes: tuple[int, ...]) -> Any:
+    """Block ``cuts[d]`` along each cut dim d of ``x``, in pieces of ``sizes[d]``."""
+    return x[tuple(slice(cuts[d] * n, (cuts[d] + 1) * n) if d in cuts else slice(None) for d, n in enumerate(sizes))]
+
+
+def _rotated_rows(np: Any, rows: Rows, gid: int, vals: list[Any], by_shape: dict[tuple[str, tuple[int, ...]], list[tuple[Any, list[int]]]]) -> None:
+    """rkrot / rkrot2 rows of the distributed value ``gid`` (vals[r]: its value on rank r).
+
+    rkrot(b, d, e, k): vals[r] is block (r + k) mod c along e of b's value, for every r
+    (0 < k < c; k = 0 is rkshard). rkrot2(b, d, da, ka, db, kb): vals[r] is the block
+    (r + ka) mod c along da and (r + kb) mod c along db at once (a causal mask's block at ring
+    step k: query block r, key block (r - k) mod c). Rank 0's value fixes the candidate offsets
+    (every block of b equal to it); a row is written only when every rank's value is that
+    rank's block exactly. For pred values, rkany rows say which of them hold a given value in
+    every line along a dim on every rank (a mask block with a kept key in every query row)."""
+    c = len(vals)
+    dims = tuple(vals[0].shape)
+    dt = vals[0].dtype
+    found = False
+    for e in range(len(dims)):
+        for bval, bgids in by_shape.get((dt.str, _grown(dims, c, e)), []):
+            for k in range(1, c):
+                if all(np.array_equal(_block(bval, {e: (r + k) % c}, dims), vals[r]) for r in range(c)):
+                    found = True
+                    rows["rkrot"].extend((b, gid, e, k) for b in bgids)
+    for da in range(len(dims)):
+        for db in range(len(dims)):
+            if da == db:
+                continue
+            for bval, bgids in by_shape.get((dt.str, _grown(dims, c, da, db)), []):
+                for ka in range(c):
+                    for kb in range(c):
+                        if all(np.array_equal(_block(bval, {da: (r + ka) % c, db: (r + kb) % c}, dims), vals[r]) for r in range(c)):
+                            found = True
+                            rows["rkrot2"].extend((b, gid, da, ka, db, kb) for b in bgids)
+    if found and vals[0].dtype == np.bool_:
+        for d in range(len(dims)):
+            for v in (True, False):
+                if all(bool((x == v).any(axis=d).all()) for x in vals):
+                    rows["rkany"].append((gid, d, int(v)))
 
 
 def _scalar_rows(rows: Rows, gid: int, seq: list[int]) -> None:
@@ -329,7 +383,14 @@ def _np_type(np: Any, dt: str) -> Any:
 def _divmod(np: Any, op: str, dt: str, npt: Any, a: Any, b: Any) -> Any:
     """XLA's integer divide/remainder (truncating toward zero), exactly, or None."""
     if INT_BITS[dt] > 32:
-        return None
+        # 64-bit types (torch's positions are s64): exactly, in Python ints (numpy's int64
+        # abs/sign would overflow at MIN and uint64 has no signed view).
+        xs, ys = a.ravel().tolist(), b.ravel().tolist()
+        if any(y == 0 for y in ys) or (dt[0] == "s" and any(x == -(1 << 63) and y == -1 for x, y in zip(xs, ys, strict=True))):
+            return None
+        qs = [abs(x) // abs(y) * (1 if (x >= 0) == (y >= 0) else -1) for x, y in zip(xs, ys, strict=True)]
+        out = qs if op == "divide" else [x - y * q for x, y, q in zip(xs, ys, qs, strict=True)]
+        return np.array(out, dtype=npt).reshape(a.shape)  # every result is in range: no wrap
     a64, b64 = a.astype(np.int64), b.astype(np.int64)
     if (b64 == 0).any():
         return None  # XLA defines x/0 and x%0 specially: not followed
