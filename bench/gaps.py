@@ -54,6 +54,8 @@ GAPS: tuple[Gap, ...] = (
         ("jax:jax_ring_attention_bf16", "jax:jax_ring_attention_bf16_f32_logits", "jax:jax_ring_attention_bf16_scores_upcast", "jax:jax_ring_attention_bf16_max"),
         ("jax:jax_ring_attention_bf16_no_rescale",)),
     Gap("the jnp.roll ring all-reduce", ("jax:jax_ring_allreduce_roll",), ("jax:jax_ring_allreduce_roll_back_off_by_one",)),
+    Gap("ring attention with a causal mask (per-rank, per-step mask blocks; -inf or finfo.min fill)",
+        ("jax:jax_ring_attention_causal", "jax:jax_ring_attention_causal_finfo"), ("jax:jax_ring_attention_causal_gt", "jax:jax_ring_attention_causal_offset")),
     Gap("vmapped jnp.argmax in MoE routing (tuple-shaped reduce)", ("jax:jax_moe_argmax_routing",), ("jax:jax_moe_argmax_routing_argmin",)),
     Gap("JAX Ulysses, untiled all-to-all", ("jax:jax_ulysses_untiled",), ("jax:jax_ulysses_untiled_seq_interleaved",)),
     Gap("ring all-reduce forwarding its running sum", ("jax:jax_ring_running_sum",), ("jax:jax_ring_running_sum_doubled",)),
