@@ -288,12 +288,11 @@ def scan_layers_2d(ctx: JaxContext) -> JaxModel:
                     outputs=[("data", None)], group_axes=("model",), description=f"lax.scan over {n} layers, DP 2 x TP 2, shard_map")
 
 
-def _top2_combine(x: Any, wg: Any, capacity: int) -> Any:
-    """GShard top-2 gating on one group of tokens x [S, D]: the combine tensor [S, E, C] (gate
-    weight at the token's slot in its expert's buffer) from one-hot masks and cumsum positions."""
-    e = wg.shape[1]
-    gates = jax.nn.softmax(x @ wg, axis=-1)  # [S, E]
-    idx1 = jnp.argmax(gates, axis=-1)
+def _top2_combine(gates: Any, idx1: Any, capacity: int) -> Any:
+    """GShard top-2 gating on one group of tokens: from the gates [S, E] and each token's first
+    expert idx1 [S], the combine tensor [S, E, C] (gate weight at the token's slot in its
+    expert's buffer) from one-hot masks and cumsum positions."""
+    e = gates.shape[1]
     mask1 = jax.nn.one_hot(idx1, e, dtype=jnp.int32)
     idx2 = jnp.argmax(gates * (1 - mask1), axis=-1)
     mask2 = jax.nn.one_hot(idx2, e, dtype=jnp.int32)
@@ -320,13 +319,16 @@ def gshard_moe(ctx: JaxContext) -> JaxModel:
         return jnp.einsum("egcf,efd->egcd", jax.nn.relu(jnp.einsum("egcd,edf->egcf", xe, w1)), w2)
 
     def moe(x: Any, wg: Any, w1: Any, w2: Any) -> Any:  # x [G, S, D]
-        combine = jax.vmap(lambda t: _top2_combine(t, wg, cap))(x)  # [G, S, E, C]
+        gates = jax.nn.softmax(x @ wg, axis=-1)  # [G, S, E]
+        combine = jax.vmap(lambda g, i: _top2_combine(g, i, cap))(gates, jnp.argmax(gates, axis=-1))  # [G, S, E, C]
         dispatch = (combine > 0).astype(x.dtype)
         xe = jnp.einsum("gsec,gsd->egcd", dispatch, x)
         return jnp.einsum("gsec,egcd->gsd", combine, experts(xe, w1, w2))
 
     def per_device(x: Any, wg: Any, w1: Any, w2: Any) -> Any:  # x [G/c, S, D], w [E/c, ...]
-        combine = jax.vmap(lambda t: _top2_combine(t, wg, cap))(x)
+        gates = jax.nn.softmax(x @ wg, axis=-1)
+        idx1 = (jnp.argmin if bug == "top1_argmin" else jnp.argmax)(gates, axis=-1)  # BUG-SITE: top1_argmin
+        combine = jax.vmap(lambda g, i: _top2_combine(g, i, cap))(gates, idx1)
         dispatch = (combine > 0).astype(x.dtype)
         xe = jnp.einsum("gsec,gsd->egcd", dispatch, x)  # [E, G/c, C, D]
         xe = jax.lax.all_to_all(xe, "expert", split_axis=0, concat_axis=1, tiled=True)  # [E/c, G, C, D]

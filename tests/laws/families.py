@@ -2819,3 +2819,78 @@ def rollring(rng: random.Random) -> Program:
 
 
 FAMILIES["rollring"] = rollring
+
+
+# ---- a variadic reduce over dims other than the sharded one (rules/tuplerows.egg) -----------------
+
+
+def tuplerows(rng: random.Random) -> Program:
+    """jnp.argmax / argmin along a dim that is not sharded (a vmapped argmax per token, GShard's
+    gating per group): the variadic (value, index) reduce with JAX's combine on x and an iota
+    along the reduced dim, x block-sharded along another dim; the ranks run the same reduce on
+    their block, both outputs stay sharded. Drawn: the value type (floats, narrow and unsigned
+    ints: ties are common there), rank 2 or 3, the sharded and the reduced dim, argmax or argmin,
+    the groups; near misses: the ranks' combine with the other tie rule or the other order, the
+    iota along the sharded dim, the iota shifted by the rank's offset (global positions), a
+    non-identity init, the outputs' relation declared on the reduced dim's neighbour."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    vt = rng.choice(["f32", "f32", "bf16", "s32", "s8", "u8", "s16"])
+    it = rng.choice(["s32", "s32", "s64", "u32"])
+    shape = [rng.choice([2, 3]) * c, rng.choice([3, 4, 5])] + ([rng.choice([2, 4])] if rng.random() < 0.5 else [])
+    rank = len(shape)
+    red = rng.choice([d for d in range(1, rank)])
+    shd = rng.choice([d for d in range(rank) if d != red and shape[d] % c == 0])
+    strict, tie = ("GT", "LT") if rng.random() < 0.5 else ("LT", "LT")
+    defect = rng.choice(["none"] * 6 + ["tie", "order", "iota_dim", "iota_rank", "init", "out_dim"])
+    iota_dim = shd if defect == "iota_dim" else red
+    dstrict, dtie = (strict, "GT") if defect == "tie" else (("LT" if strict == "GT" else "GT"), tie) if defect == "order" else (strict, tie)
+    if vt in RANGES:
+        lo, hi = RANGES[vt]
+        vinit = str(lo if strict == "GT" else hi)
+    else:
+        vinit = "-inf" if strict == "GT" else "inf"
+    dinit = ("0" if vt in RANGES and vt[0] == "u" and strict == "LT" else "1") if defect == "init" else vinit
+    out = [shape[d] for d in range(rank) if d != red]
+    e = shd - (1 if red < shd else 0)
+    local = list(shape)
+    local[shd] //= c
+    lout = [local[d] for d in range(rank) if d != red]
+
+    def t(ty: str, dims: list[int]) -> str:
+        return f"{ty}[{','.join(map(str, dims))}]"
+
+    def body(dims: list[int], odims: list[int], init: str, rank_offset: bool) -> list[str]:
+        lines = [f"  %io = {t(it, dims)} iota(), iota_dimension={iota_dim}"]
+        if rank_offset:
+            w = dims[shd]
+            lines += [f"  %wc = s32[] constant({w})", "  %off32 = s32[] multiply(s32[] %r, s32[] %wc)",
+                      f"  %off = {it}[] convert(s32[] %off32)" if it != "s32" else "  %off = s32[] copy(s32[] %off32)",
+                      f"  %offb = {t(it, dims)} broadcast({it}[] %off), dimensions={{}}", f"  %idx = {t(it, dims)} add({t(it, dims)} %io, {t(it, dims)} %offb)"]
+        else:
+            lines += [f"  %idx = {t(it, dims)} copy({t(it, dims)} %io)"]
+        lines += [f"  %vi = {vt}[] constant({init})", f"  %ii = {it}[] constant(0)",
+                  f"  %red = ({t(vt, odims)}, {t(it, odims)}) reduce({t(vt, dims)} %x, {t(it, dims)} %idx, {vt}[] %vi, {it}[] %ii), dimensions={{{red}}}, to_apply=%comb",
+                  f"  %v = {t(vt, odims)} get-tuple-element(({t(vt, odims)}, {t(it, odims)}) %red), index=0",
+                  f"  %i = {t(it, odims)} get-tuple-element(({t(vt, odims)}, {t(it, odims)}) %red), index=1",
+                  f"  ROOT %o = ({t(vt, odims)}, {t(it, odims)}) tuple({t(vt, odims)} %v, {t(it, odims)} %i)"]
+        return lines
+
+    base = (f"HloModule tr_base\n\n{_jax_argcombine('comb', vt, it, strict, tie, True)}\n"
+            f"ENTRY %main (x: {t(vt, shape)}) -> ({t(vt, out)}, {t(it, out)}) {{\n  %x = {t(vt, shape)} parameter(0)\n"
+            + "\n".join(body(shape, out, vinit, False)) + "\n}\n")
+    dist = (f"HloModule tr_dist\n\n{_jax_argcombine('comb', vt, it, dstrict, dtie, True)}\n"
+            f"ENTRY %main (r: s32[], x: {t(vt, local)}) -> ({t(vt, lout)}, {t(it, lout)}) {{\n  %r = s32[] parameter(0)\n  %x = {t(vt, local)} parameter(1)\n"
+            + "\n".join(body(local, lout, dinit, defect == "iota_rank")) + "\n}\n")
+    oe = e
+    if defect == "out_dim":
+        cands = [d for d in range(len(out)) if d != e and out[d] % c == 0 and lout[d] * c == out[d]]
+        oe = cands[0] if cands else e
+    rel = {"groups": groups, "inputs": [{"distributed": 0, "relation": "rank"}, {"baseline": 0, "distributed": 1, "relation": "sharded", "dim": shd}],
+           "outputs": [{"baseline": i, "distributed": i, "relation": "sharded", "dim": oe} for i in (0, 1)]}
+    form = (f"{'argmax' if strict == 'GT' else 'argmin'} of {vt}{shape} along {red}, sharded along {shd} (c={c}), index {it}, "
+            f"defect {defect} (groups {groups})")
+    return Program("tuplerows", form, base, dist, rel)
+
+
+FAMILIES["tuplerows"] = tuplerows

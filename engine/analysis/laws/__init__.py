@@ -81,6 +81,7 @@ from . import (
     selectpartial,
     slicing,
     takealong,
+    tuplerows,
     unroll,
     vocabraw,
     window,
@@ -163,6 +164,7 @@ FAMILIES: list[Family] = [
     Family("rollring", "rollring.egg", rollring.TABLES, graph_rows=rollring.graph_rows),  # rpart, rot: ringcollect, permute
     Family("convmax", "convmax.egg", convmax.TABLES, graph_rows=convmax.graph_rows),  # ident: partition; shape rows of its baseline terms: core
     Family("takealong", "takealong.egg", takealong.TABLES, takealong.OPCODES, takealong.instruction_rows, takealong.graph_rows),  # xgb: crossentropy; shifted, outside, clamped: slicing
+    Family("tuplerows", "tuplerows.egg", tuplerows.TABLES, tuplerows.OPCODES, tuplerows.instruction_rows),  # sharded, dup: core
 ]
 
 
