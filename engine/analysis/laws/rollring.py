@@ -30,6 +30,8 @@ are evaluated exactly on every device of every group and must agree across group
                             with extent 1 at d, 0: u is that row with d dropped
 ``rvcat(n, d, i, u)``       concatenate n along d of c operands of extent 1: row i is u
 ``rvrows(b, d, j)``         j in [0, c) for a buffer b that a rvupd reads (its rows one by one)
+``rvring(c)``               the group size, written once any row above is (the rules that read
+                            only derived relations load with it: nothing is loaded otherwise)
 
 Side conditions (soundness first): every offset is an exact integer evaluated per device
 (rankint's evaluator: each int type with its wrap) and clamped as XLA clamps dynamic-slice
@@ -52,7 +54,7 @@ from .rankint import MAX_ELEMENTS, _Eval
 if TYPE_CHECKING:
     from ..graph import Graphs, Node
 
-TABLES = ("rvsplit", "rvmerge", "rvmap", "rvrow", "rvsq", "rvex", "rvupd", "rvcat", "rvrows")
+TABLES = ("rvsplit", "rvmerge", "rvmap", "rvrow", "rvsq", "rvex", "rvupd", "rvcat", "rvrows", "rvring")
 
 Rows = dict[str, list[tuple[object, ...]]]
 
@@ -241,6 +243,8 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
                     buffer(u.gid, d)
             elif op == "scatter" and u.operands[0] == b and len(u.operands) == 3:
                 _scatter(rows, g, u, b, d, c, values, buffer)
+    if buffers:
+        rows["rvring"].append((c,))
 
 
 def _unit_source(rows: Rows, g: Graphs, u: int, d: int) -> None:
