@@ -216,8 +216,20 @@ def test_plan_padded_style_writes_the_padded_relation() -> None:
         relation_for(plan, "attn.q.weight", "linear", (6144, 6144), (128, 6144), 32)
     with pytest.raises(PlanError, match="padded: expected true or false"):
         Plan.parse({"attn.q": {"style": "colwise", "padded": "yes"}})
-    with pytest.raises(PlanError, match="padded and blocks"):
-        Plan.parse({"attn.q": {"style": "colwise", "padded": True, "blocks": [4, 4]}})
+    # Padded with blocks (a fused weight, each block padded on its own): equal blocks split the
+    # rank's extent equally; unequal ones need their widths.
+    fused = Plan.parse({"attn.qkv": {"style": "colwise", "padded": True, "blocks": [6, 6, 6]}})
+    rel = relation_for(fused, "attn.qkv.weight", "linear", (18, 8), (6, 8), 4)
+    assert (rel.relation, rel.dim, rel.blocks, rel.width, rel.widths) == ("padded", 0, (6, 6, 6), 6, (2, 2, 2))
+    gqa = Plan.parse({"attn.qkv": {"style": "colwise", "padded": True, "blocks": [6, 2, 2]}})
+    with pytest.raises(PlanError, match=r"need their per-rank widths"):
+        relation_for(gqa, "attn.qkv.weight", "linear", (10, 8), (4, 8), 4)
+    gqa = Plan.parse({"attn.qkv": {"style": "colwise", "padded": True, "blocks": [6, 2, 2], "width": [2, 1, 1]}})
+    assert relation_for(gqa, "attn.qkv.weight", "linear", (10, 8), (4, 8), 4).widths == (2, 1, 1)
+    with pytest.raises(PlanError, match=r"widths of at least \[2, 1, 1\]"):
+        relation_for(Plan.parse({"q": {"style": "colwise", "padded": True, "blocks": [6, 2, 2], "width": [1, 2, 1]}}), "q.weight", "linear", (10, 8), (4, 8), 4)
+    with pytest.raises(PlanError, match="width: expected one positive per-rank width per block"):
+        Plan.parse({"attn.q": {"style": "colwise", "padded": True, "width": [4, 4]}})
 
 
 # ---- tplm, real torch-xla builds -----------------------------------------------------------

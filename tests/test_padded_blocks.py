@@ -128,3 +128,35 @@ def test_witness_gives_each_rank_its_piece_of_every_padded_block() -> None:
     assert pieces[3][:, 0].tolist() == [0, 0, 18]  # q padding (rows 6, 7 of 8), k row 3
     with pytest.raises(ValueError, match="do not tile"):
         padded_pieces(x, 0, 4, [2, 1], "w", [6, 3])
+
+
+# ---- the torchdist front end: the layout built as neuronx-distributed-inference builds it ----
+
+
+def test_torchdist_padded_fused_qkv_verifies_and_the_whole_weight_padding_diverges_at_its_line(tmp_path: Any) -> None:
+    """examples/torchdist/padded_qkv.py through the front end: the plan's ``padded`` with
+    ``blocks`` writes the relation; the correct layouts (with and without a fused bias) are
+    verified; padding the whole fused weight once (the plan without blocks) diverges at the
+    rank's tensor_split with a confirmed witness."""
+    import importlib.util
+    from pathlib import Path
+
+    if importlib.util.find_spec("torch_xla") is None:
+        pytest.skip("needs the frontend extra")
+    from bug_sites import bug_sites
+
+    from shardproof.engine.frontend.runner import run_models
+
+    root = Path(__file__).parents[1]
+    names = ["padded_fused_qkv_tp4", "padded_fused_qkv_bias_tp4", "bug_padded_qkv_whole_pad"]
+    rows = {m["name"]: m for m in run_models(root / "examples" / "torchdist" / ".shardproof.yml", tmp_path, names)["models"]}
+    for name in names[:2]:
+        assert rows[name]["status"] == "verified", (rows[name]["build"]["error"], rows[name].get("result", {}).get("reason"))
+    relations = (tmp_path / "padded_fused_qkv_bias_tp4" / "relations.yaml").read_text()
+    assert "relation: padded, dim: 0, blocks: [24, 24, 24], width: [8, 8, 8]}  # Wqkv.weight: f32[72,16] -> f32[24,16]" in relations
+    assert "Wqkv.bias: f32[72] -> f32[24]" in relations
+    bug = rows["bug_padded_qkv_whole_pad"]
+    assert bug["status"] == "diverged" and bug["result"]["witness"]["status"] == "confirmed"
+    site = bug_sites([root / "examples" / "torchdist" / "padded_qkv.py"], root)["whole_pad"]
+    src = bug["result"]["divergences"][0]["source"]
+    assert (src["file"], src["line"]) == site

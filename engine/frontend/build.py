@@ -679,7 +679,7 @@ def _relations(request: BuildRequest, decl: Model, plan: Plan, base: Side, dist:
             raise DeclarationError(f"parameter {name!r} is used per rank but not by the baseline; the two programs must compute the same function")
         fields = [f"relation: {rel.relation}"]
         if rel.relation == "padded":
-            fields += [f"dim: {rel.dim}", f"width: {rel.width}"]
+            fields += [f"dim: {rel.dim}", f"width: {rel.width}"] if not rel.blocks else [f"dim: {rel.dim}", f"blocks: {json.dumps(list(rel.blocks))}", f"width: {json.dumps(list(rel.widths))}"]
         if rel.relation == "sharded":
             fields.append(f"dim: {rel.dim}")
             if rel.blocks:

@@ -23,7 +23,10 @@ parameter of the experts (``experts.*.fc1.weight``) becomes one stacked placehol
 ``{"style": ..., "padded": true}`` (or ``{"shard": d, "padded": true}``): the sharded dim does
 not divide over the ranks, so each rank holds a block of w of the baseline extended with zeros
 to c·w (attention heads or FFN features padded to a multiple of the group size, as Neuron does);
-w is the per-rank extent the distributed module really has.
+w is the per-rank extent the distributed module really has. With ``"blocks"`` too (a fused QKV
+whose heads do not divide: neuronx-distributed-inference pads q, k and v each at its tail), each
+block is padded on its own; the blocks' per-rank widths are ``"width": [...]``, or w split
+equally when the blocks are equal.
 
 ``{"style": ..., "blocks": [...]}`` marks a fused weight (QKV, gate+up) whose sharded dim is a
 concatenation of blocks, each sharded on its own. Every derived relation is checked against the
@@ -55,6 +58,7 @@ class Style:
     dim: int | None = None
     blocks: tuple[int, ...] = ()
     padded: bool = False
+    widths: tuple[int, ...] = ()  # padded with blocks: each block's per-rank width
 
 
 @dataclass(frozen=True)
@@ -66,12 +70,15 @@ class ParamRelation:
     blocks: tuple[int, ...] = ()
     source: str = ""  # the plan key that decided it ("" = default: replicated)
     width: int | None = None  # padded: the per-rank extent along dim
+    widths: tuple[int, ...] = ()  # padded with blocks: each block's per-rank width (sum: width)
     # FSDP on top (DTensor: Shard(d) over a mesh dim that is not the model's groups): each
     # device holds its rank's value cut in len(group) blocks along dim, gathered over these groups.
     gathered: tuple[int, tuple[tuple[int, ...], ...]] | None = None
 
     def describe(self) -> str:
         if self.relation == "padded":
+            if self.blocks:
+                return f"padded along dim {self.dim} in blocks {list(self.blocks)} to widths {list(self.widths)} per rank"
             return f"padded along dim {self.dim} to width {self.width} per rank"
         if self.relation == "sharded":
             blocks = f", blocks {list(self.blocks)}" if self.blocks else ""
@@ -91,28 +98,31 @@ def parse_style(key: str, value: Any) -> Style:
             raise PlanError(key, f"expected one of {', '.join(_STYLES)} or {{shard: DIM}}, got {value!r}")
         return Style(value)
     if isinstance(value, Mapping):
-        extra = set(value) - {"style", "shard", "blocks", "padded"}
+        extra = set(value) - {"style", "shard", "blocks", "padded", "width"}
         if extra:
-            raise PlanError(key, f"unknown key {sorted(extra)[0]!r}; expected style, shard, blocks, padded")
+            raise PlanError(key, f"unknown key {sorted(extra)[0]!r}; expected style, shard, blocks, padded, width")
         padded = value.get("padded", False)
         if not isinstance(padded, bool):
             raise PlanError(key, f"padded: expected true or false, got {padded!r}")
-        if padded and value.get("blocks"):
-            raise PlanError(key, "padded and blocks do not go together (pad each block's weight on its own)")
         blocks = value.get("blocks") or ()
         if not isinstance(blocks, Sequence) or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in blocks):
             raise PlanError(key, f"blocks: expected a list of positive block sizes, got {blocks!r}")
+        # padded with blocks (a fused weight, each block padded on its own): the blocks' per-rank
+        # widths, given, or the rank's extent split equally over equal blocks (relation_for).
+        widths = value.get("width", ())
+        if "width" in value and (not (padded and blocks) or not isinstance(widths, Sequence) or len(widths) != len(blocks) or not all(isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in widths)):
+            raise PlanError(key, f"width: expected one positive per-rank width per block of a padded fused weight (padded: true, blocks: [...]), got {widths!r}")
         if ("style" in value) == ("shard" in value):
             raise PlanError(key, "expected exactly one of 'style' or 'shard'")
         if "shard" in value:
             dim = value["shard"]
             if not isinstance(dim, int) or isinstance(dim, bool) or dim < 0:
                 raise PlanError(key, f"shard: expected a dimension >= 0, got {dim!r}")
-            return Style("shard", dim, tuple(blocks), padded)
+            return Style("shard", dim, tuple(blocks), padded, tuple(widths))
         style = parse_style(key, value["style"])
         if (blocks or padded) and style.kind in ("replicate", "sequence_parallel", EXPERT_LIST):
             raise PlanError(key, f"{'blocks' if blocks else 'padded'} apply to a sharded style, not {style.kind}")
-        return Style(style.kind, style.dim, tuple(blocks), padded)
+        return Style(style.kind, style.dim, tuple(blocks), padded, tuple(widths))
     raise PlanError(key, f"expected a style name or a mapping, got {value!r}")
 
 
@@ -256,6 +266,8 @@ def relation_for(
                 f"{param!r} is {style.kind} padded along dim {dim} over {c} ranks, so each rank should hold "
                 f"w >= {-(-full[dim] // c)} along dim {dim} and the baseline's extents elsewhere ({list(full)}), but the distributed module holds {list(local)}",
             )
+        if style.blocks:
+            return _padded_blocks(key, param, style, dim, full[dim], w, c)
         # Also when c·w is exactly the extent (no padding): the layout the code declared, which
         # its other padded tensors (a rank's own rows of replicated KV heads) are related by.
         return ParamRelation("padded", dim, (), key, w)
@@ -274,3 +286,22 @@ def relation_for(
             f"should hold {list(want)} of the baseline's {list(full)}, but the distributed module holds {list(local)}",
         )
     return ParamRelation("sharded", dim, tuple(blocks), key)
+
+
+def _padded_blocks(key: str, param: str, style: Style, dim: int, n: int, w: int, c: int) -> ParamRelation:
+    """A fused weight whose blocks are each padded on their own (rank extent w along dim): the
+    blocks' widths as given, or w split equally over equal blocks."""
+    blocks = style.blocks
+    if sum(blocks) != n:
+        raise PlanError(key, f"blocks {list(blocks)} of {param!r} sum to {sum(blocks)}, but dim {dim} has {n}")
+    widths = style.widths
+    if not widths:
+        if len(set(blocks)) != 1 or w % len(blocks):
+            raise PlanError(key, f"{param!r}: blocks {list(blocks)} padded over {c} ranks need their per-rank widths (width: [...], summing to the rank's {w} along dim {dim})")
+        widths = (w // len(blocks),) * len(blocks)
+    if sum(widths) != w or any(c * x < b for x, b in zip(widths, blocks, strict=True)):
+        raise PlanError(
+            key,
+            f"{param!r}: blocks {list(blocks)} padded to widths {list(widths)} per rank need widths of at least {[-(-b // c) for b in blocks]} summing to the rank's extent along dim {dim}, which is {w}",
+        )
+    return ParamRelation("padded", dim, tuple(blocks), key, w, tuple(widths))
