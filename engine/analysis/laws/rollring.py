@@ -212,7 +212,7 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
                 rows["rvmerge"].append((u.gid, b, d))
             elif op == "concatenate" and u.operands and all(o == b for o in u.operands):
                 for ds in users.get(u.gid, []):
-                    _dynamic_roll(rows, ds, u, b, d, c, values, buffer)
+                    _dynamic_roll(rows, ds, u, b, dims, d, c, values, buffer)
             elif op == "slice":
                 for cat in users.get(u.gid, []):
                     if cat.ins.opcode == "concatenate":
@@ -278,7 +278,7 @@ def _start_form(starts: list[int], d: int, hi: int, c: int, values: Any) -> tupl
     return form
 
 
-def _dynamic_roll(rows: Rows, ds: Any, cat: Any, a: int, d: int, c: int, values: Any, buffer: Any) -> None:
+def _dynamic_roll(rows: Rows, ds: Any, cat: Any, a: int, a_dims: tuple[int, ...], d: int, c: int, values: Any, buffer: Any) -> None:
     """``dynamic-slice(concatenate(a, a) along d, starts)`` of a's shape: row j is row
     (j + o) mod c of a, o the start along d clamped to [0, c]."""
     ins = cat.ins
@@ -287,8 +287,8 @@ def _dynamic_roll(rows: Rows, ds: Any, cat: Any, a: int, d: int, c: int, values:
     if ds.ins.opcode != "dynamic-slice" or ds.operands[0] != cat.gid or len(ds.operands) != 1 + ds.ins.shape.rank:
         return
     dims = tuple(ds.ins.shape.dims)
-    if [int(x) for x in ds.ins.parsed.get("dynamic_slice_sizes", [])] != list(dims):
-        return
+    if dims != tuple(a_dims) or [int(x) for x in ds.ins.parsed.get("dynamic_slice_sizes", [])] != list(dims):
+        return  # the window is a's whole shape: every row whole, c of them
     offs: list[int] = []
     for i, st in enumerate(ds.operands[1:]):
         seq = values(st)
