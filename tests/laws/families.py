@@ -2540,22 +2540,28 @@ def padblocks(rng: random.Random) -> Program:
     dot with a duplicate matrix, exp, ...), block i cut out, a second map, then the sum over the
     padded rows (all-reduce on the ranks). Defects drawn: the rank cuts block i at another
     block's offset or one row off, the relation declared as one padding after the whole fused
-    tensor (the layout bug), an all-reduce over other groups."""
+    tensor (the layout bug), an all-reduce over other groups; for equal blocks split off by a
+    reshape, the rank's rows read as (rows, blocks) instead (every m-th row)."""
     groups = _layout(rng)
     c = len(groups[0])
     t = rng.choice(["f32", "f32", "s32", "s8", "u8", "s16"])
     is_int = t in RANGES
     nb = rng.choice([2, 3])
+    # The cut: a slice at the block's offsets, or (equal blocks) a reshape to (blocks, rows)
+    # and a slice of one block (timm's qkv.reshape(B, N, 3, heads, hd)).
+    split = rng.random() < 0.3
     blocks, widths = [], []
     for _ in range(nb):
         n = rng.randrange(1, 3 * c)
         w = -(-n // c) + (1 if rng.random() < 0.2 else 0)
+        if split and blocks:
+            n, w = blocks[0], widths[0]
         blocks.append(n)
         widths.append(w)
     F, W, h = sum(blocks), sum(widths), 2
     i = rng.randrange(nb)
     o, oo = sum(blocks[:i]), sum(widths[:i])
-    defect = rng.choice(["none"] * 5 + ["offset", "shift", "whole", "groups"])
+    defect = rng.choice(["none"] * 5 + (["interleave", "whole", "groups"] if split else ["offset", "shift", "whole", "groups"]))
     at = oo
     if defect == "offset":
         at = rng.choice([sum(widths[:j]) for j in range(nb) if sum(widths[:j]) != oo and sum(widths[:j]) + widths[i] <= W] or [oo])
@@ -2580,11 +2586,22 @@ def padblocks(rng: random.Random) -> Program:
         return (f"  %{dst}k = {t}[] constant({k})\n  %{dst}b = {sh} broadcast({t}[] %{dst}k), dimensions={{}}\n"
                 f"  %{dst} = {sh} {op}({sh} %{src}, {sh} %{dst}b)\n")
 
+    def cut_out(rows: int, cut: int, take: int, side: str) -> str:
+        if not split:
+            return f"  %s = {t}[{take},{h}] slice({t}[{rows},{h}] %y), slice={{[{cut}:{cut + take}], [0:{h}]}}\n"
+        if side == "distributed" and defect == "interleave":  # (rows, blocks): every m-th row
+            return (f"  %y3 = {t}[{take},{nb},{h}] reshape({t}[{rows},{h}] %y)\n"
+                    f"  %blk = {t}[{take},1,{h}] slice({t}[{take},{nb},{h}] %y3), slice={{[0:{take}], [{i}:{i + 1}], [0:{h}]}}\n"
+                    f"  %s = {t}[{take},{h}] reshape({t}[{take},1,{h}] %blk)\n")
+        return (f"  %y3 = {t}[{nb},{take},{h}] reshape({t}[{rows},{h}] %y)\n"
+                f"  %blk = {t}[1,{take},{h}] slice({t}[{nb},{take},{h}] %y3), slice={{[{i}:{i + 1}], [0:{take}], [0:{h}]}}\n"
+                f"  %s = {t}[{take},{h}] reshape({t}[1,{take},{h}] %blk)\n")
+
     def prog(name: str, rows: int, cut: int, take: int, tail: str) -> str:
         return ("HloModule " + name + "\n\n" + _reducer("add", "add", t)
                 + f"\nENTRY %main (x: {t}[{rows},{h}], a: {t}[{h},{h}]) -> {t}[{h}] {{\n  %x = {t}[{rows},{h}] parameter(0)\n  %a = {t}[{h},{h}] parameter(1)\n"
                 + apply(f1, "x", "y", rows)
-                + f"  %s = {t}[{take},{h}] slice({t}[{rows},{h}] %y), slice={{[{cut}:{cut + take}], [0:{h}]}}\n"
+                + cut_out(rows, cut, take, "baseline" if name == "pb_base" else "distributed")
                 + apply(f2, "s", "z", take)
                 + f"  %zero = {t}[] constant(0)\n  %l = {t}[{h}] reduce({t}[{take},{h}] %z, {t}[] %zero), dimensions={{0}}, to_apply=%add\n" + tail + "}\n")
 
@@ -2599,7 +2616,7 @@ def padblocks(rng: random.Random) -> Program:
         entry["int_range"] = [0 if t[0] == "u" else -3, 5]
     rel = {"groups": groups, "inputs": [entry, {"baseline": 1, "distributed": 1, "relation": "duplicate", **({"int_range": [0, 3]} if is_int else {})}],
            "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
-    form = f"{t} blocks {blocks} widths {widths} over c={c}, block {i} cut at {at} (expected {oo}), {f1} then {f2} (k={k}), defect {defect} (groups {groups})"
+    form = f"{t} blocks {blocks} widths {widths} over c={c}, block {i} {'split off' if split else 'cut'} at {at} (expected {oo}), {f1} then {f2} (k={k}), defect {defect} (groups {groups})"
     return Program("padblocks", form, base, dist, rel)
 
 
