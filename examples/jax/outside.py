@@ -423,3 +423,269 @@ def sp_rope(ctx: JaxContext) -> JaxModel:
     dist = shard_map(per_device, mesh=mesh, in_specs=(P(*spec), P(*spec)), out_specs=(P(*spec), P(*spec)), check_vma=False)
     return JaxModel(base, dist, mesh, [JaxInput(n, (s, h, hd), spec=spec) for n in ("q", "k")], outputs=[spec, spec],
                     description=f"rotary embedding, positions from axis_index, SP {c}")
+
+
+# ---- a second batch: losses, embeddings and attention as library code spells them, norms and
+# ---- collectives in their other forms, bf16, remat
+
+
+def optax_xent(ctx: JaxContext) -> JaxModel:
+    """``optax.softmax_cross_entropy_with_integer_labels`` on [batch, seq, vocab] logits whose
+    vocabulary is sharded over 'model' (the LM head column-parallel), GSPMD."""
+    import optax
+
+    b, s, d, v = ctx.knob("batch", 2), ctx.knob("seq", 8), ctx.knob("hidden", 16), ctx.knob("vocab", 64)
+    mesh = ctx.mesh({"data": 1, "model": 4})
+    bug = ctx.variant
+
+    def loss(x: Any, w: Any, labels: Any) -> Any:
+        return optax.softmax_cross_entropy_with_integer_labels(x @ w, labels).mean()
+
+    def dist(x: Any, w: Any, labels: Any) -> Any:
+        logits = jax.lax.with_sharding_constraint(x @ w, NamedSharding(mesh, P("data", None, "model")))
+        per_token = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+        return per_token.sum() / (b * s if bug != "xent_mean_over_batch" else b)  # BUG-SITE: xent_mean_over_batch
+
+    return JaxModel(loss, dist, mesh, [JaxInput("x", (b, s, d), spec=("data", None, None)), JaxInput("w", (d, v), spec=(None, "model")),
+                                       JaxInput("labels", (b, s), "int32", spec=("data", None), int_range=(0, v))],
+                    group_axes=("model",), gspmd=True, description="optax integer-label cross entropy, vocab over TP 4, GSPMD")
+
+
+def onehot_xent(ctx: JaxContext) -> JaxModel:
+    """The one-hot spelling of the loss (flax's examples, ``optax.softmax_cross_entropy``):
+    -sum(one_hot(labels, V) * log_softmax(logits)), vocabulary sharded, GSPMD."""
+    b, s, d, v = ctx.knob("batch", 2), ctx.knob("seq", 8), ctx.knob("hidden", 16), ctx.knob("vocab", 64)
+    mesh = ctx.mesh({"data": 1, "model": 4})
+    bug = ctx.variant
+
+    def loss(x: Any, w: Any, labels: Any) -> Any:
+        return -jnp.mean(jnp.sum(jax.nn.one_hot(labels, v) * jax.nn.log_softmax(x @ w, axis=-1), axis=-1))
+
+    def dist(x: Any, w: Any, labels: Any) -> Any:
+        logits = jax.lax.with_sharding_constraint(x @ w, NamedSharding(mesh, P("data", None, "model")))
+        onehot = jax.nn.one_hot(labels if bug != "onehot_labels_plus1" else labels + 1, v)  # BUG-SITE: onehot_labels_plus1
+        return -jnp.mean(jnp.sum(onehot * jax.nn.log_softmax(logits, axis=-1), axis=-1))
+
+    return JaxModel(loss, dist, mesh, [JaxInput("x", (b, s, d), spec=("data", None, None)), JaxInput("w", (d, v), spec=(None, "model")),
+                                       JaxInput("labels", (b, s), "int32", spec=("data", None), int_range=(0, v))],
+                    group_axes=("model",), gspmd=True, description="one-hot x log_softmax cross entropy, vocab over TP 4, GSPMD")
+
+
+def embed_2d(ctx: JaxContext) -> JaxModel:
+    """MaxText's embedding lookup ``embedding[inputs]`` with [batch, seq] token ids and the table's
+    vocabulary sharded over 'model', GSPMD."""
+    b, s, v, d = ctx.knob("batch", 2), ctx.knob("seq", 8), ctx.knob("vocab", 64), ctx.knob("hidden", 16)
+    mesh = ctx.mesh({"data": 1, "model": 4})
+    bug = ctx.variant
+
+    def lookup(table: Any, ids: Any) -> Any:
+        return jnp.asarray(table)[ids]
+
+    def dist(table: Any, ids: Any) -> Any:
+        out = jnp.asarray(table)[ids]
+        if bug == "embed_scaled_twice":
+            out = out * 2.0  # BUG-SITE: embed_scaled_twice
+        return out
+
+    return JaxModel(lookup, dist, mesh, [JaxInput("table", (v, d), spec=("model", None)), JaxInput("ids", (b, s), "int32", int_range=(0, v))],
+                    group_axes=("model",), gspmd=True, description="embedding[ids] with [b, s] ids, vocab over TP 4, GSPMD")
+
+
+class GqaAttention(nn.Module):
+    """Grouped-query attention (MaxText / Llama style): kv heads fewer than q heads, each kv head
+    repeated for its group with jnp.repeat, a causal mask from nn.make_causal_mask."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+
+    @nn.compact
+    def __call__(self, x: Any) -> Any:
+        b, s, d = x.shape
+
+        def proj(name: str, n: int) -> Any:
+            w = self.param(name, nn.with_logical_partitioning(INIT, ("embed", "heads", "kv")), (d, n, self.head_dim))
+            return jnp.einsum("btd,dnh->btnh", x, w)
+
+        q, k, v = proj("query", self.heads), proj("key", self.kv_heads), proj("value", self.kv_heads)
+        rep = self.heads // self.kv_heads
+        k, v = jnp.repeat(k, rep, axis=2), jnp.repeat(v, rep, axis=2)
+        scores = jnp.einsum("btnh,bsnh->bnts", q, k) / math.sqrt(self.head_dim)
+        mask = nn.make_causal_mask(jnp.ones((b, s), jnp.int32))
+        scores = jnp.where(mask, scores, jnp.finfo(scores.dtype).min)
+        o = jnp.einsum("bnts,bsnh->btnh", jax.nn.softmax(scores, axis=-1), v)
+        wo = self.param("out", nn.with_logical_partitioning(INIT, ("heads", "kv", "embed")), (self.heads, self.head_dim, d))
+        return jnp.einsum("btnh,nhd->btd", o, wo)
+
+
+def gqa_attention(ctx: JaxContext) -> JaxModel:
+    """Causal GQA attention, 8 q heads and 4 kv heads over 'model' (TP 4), GSPMD."""
+    b, s, h, kvh, hd = ctx.knob("batch", 2), ctx.knob("seq", 8), ctx.knob("heads", 8), ctx.knob("kv_heads", 4), ctx.knob("head_dim", 8)
+    mesh = ctx.mesh({"data": 1, "model": 4})
+    module = GqaAttention(h, kvh, hd)
+    variables = jax.eval_shape(module.init, jax.random.key(0), _f32(b, s, h * hd))
+    x = JaxInput("x", (b, s, h * hd), spec=("activation_batch", None, None))
+    return JaxModel(module.apply, module.apply, mesh, [variables, x], rules=MT_RULES, group_axes=("model",), gspmd=True,
+                    description=f"causal GQA attention ({h} q / {kvh} kv heads, jnp.repeat), TP 4, GSPMD")
+
+
+def dpa_attention(ctx: JaxContext) -> JaxModel:
+    """``jax.nn.dot_product_attention(q, k, v, is_causal=True)`` with the heads sharded, GSPMD."""
+    b, s, h, hd = ctx.knob("batch", 2), ctx.knob("seq", 8), ctx.knob("heads", 8), ctx.knob("head_dim", 8)
+    mesh = ctx.mesh({"data": 1, "model": 4})
+    bug = ctx.variant
+
+    def attn(q: Any, k: Any, v: Any) -> Any:
+        return jax.nn.dot_product_attention(q, k, v, is_causal=True)
+
+    def dist(q: Any, k: Any, v: Any) -> Any:
+        return jax.nn.dot_product_attention(q, k, v, is_causal=bug != "dpa_not_causal")  # BUG-SITE: dpa_not_causal
+
+    spec = (None, None, "model", None)
+    return JaxModel(attn, dist, mesh, [JaxInput(n, (b, s, h, hd), spec=spec) for n in ("q", "k", "v")], outputs=[spec], gspmd=True,
+                    group_axes=("model",), description="jax.nn.dot_product_attention (causal), heads over TP 4, GSPMD")
+
+
+def bf16_mlp(ctx: JaxContext) -> JaxModel:
+    """The TP MLP in bf16 (params and activations, as mixed-precision JAX code runs it): the
+    row-parallel partial sums all-reduced in bf16."""
+    b, d, f, c = ctx.knob("batch", 8), ctx.knob("hidden", 32), ctx.knob("ffn", 64), ctx.knob("tp", 4)
+    mesh = ctx.mesh({"tp": c})
+
+    def per_device(x: Any, w1: Any, w2: Any) -> Any:
+        return jax.lax.psum(_mlp(x, w1, w2), "tp")
+
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P(), P(None, "tp"), P("tp", None)), out_specs=P(), check_vma=False)
+    return JaxModel(_mlp, dist, mesh, [JaxInput("x", (b, d), "bfloat16"), JaxInput("w1", (d, f), "bfloat16", spec=(None, "tp")),
+                                       JaxInput("w2", (f, d), "bfloat16", spec=("tp", None))],
+                    description=f"bf16 Megatron MLP, TP {c}, shard_map")
+
+
+def rmsnorm_hidden_sharded(ctx: JaxContext) -> JaxModel:
+    """RMSNorm over a hidden dim sharded across ranks: the sum of squares psum'd, divided by the
+    whole width."""
+    t, d, c = ctx.knob("tokens", 8), ctx.knob("hidden", 32), ctx.knob("tp", 4)
+    mesh = ctx.mesh({"tp": c})
+    bug = ctx.variant
+
+    def norm(x: Any, g: Any) -> Any:
+        return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6) * g
+
+    def per_device(x: Any, g: Any) -> Any:
+        ss = jax.lax.psum(jnp.sum(x * x, axis=-1, keepdims=True), "tp")
+        return x * jax.lax.rsqrt(ss / (d if bug != "rms_local_width" else d // c) + 1e-6) * g  # BUG-SITE: rms_local_width
+
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P(None, "tp"), P("tp")), out_specs=P(None, "tp"), check_vma=False)
+    return JaxModel(norm, dist, mesh, [JaxInput("x", (t, d), spec=(None, "tp")), JaxInput("g", (d,), spec=("tp",))], outputs=[(None, "tp")],
+                    description=f"RMSNorm with the hidden dim sharded (psum of squares), TP {c}")
+
+
+def amax_scale(ctx: JaxContext) -> JaxModel:
+    """fp8-style scaling: the tensor's global absolute max by ``lax.pmax`` over the shards, the
+    shard divided by amax / 448 (the scaled values stay sharded)."""
+    t, d, c = ctx.knob("tokens", 16), ctx.knob("hidden", 8), ctx.knob("tp", 4)
+    mesh = ctx.mesh({"tp": c})
+    bug = ctx.variant
+
+    def scale(x: Any) -> Any:
+        return x / (jnp.max(jnp.abs(x)) / 448.0)
+
+    def per_device(x: Any) -> Any:
+        local = jnp.max(jnp.abs(x))
+        return x / ((local if bug == "amax_local" else jax.lax.pmax(local, "tp")) / 448.0)  # BUG-SITE: amax_local
+
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P("tp", None),), out_specs=P("tp", None), check_vma=False)
+    return JaxModel(scale, dist, mesh, [JaxInput("x", (t, d), spec=("tp", None))], outputs=[("tp", None)], description=f"global amax scaling (pmax), TP {c}")
+
+
+def fsdp_untiled_gather(ctx: JaxContext) -> JaxModel:
+    """ZeRO-3 / FSDP in shard_map with an untiled ``all_gather(w, axis=0)`` ([c, rows/c, cols],
+    merged by a reshape) before the matmul; the batch sharded over the same axis."""
+    b, d, f, c = ctx.knob("batch", 8), ctx.knob("hidden", 16), ctx.knob("ffn", 32), ctx.knob("tp", 4)
+    mesh = ctx.mesh({"fsdp": c})
+    bug = ctx.variant
+
+    def per_device(x: Any, w1: Any, w2: Any) -> Any:
+        w1 = jax.lax.all_gather(w1, "fsdp", axis=0).reshape(d, f)
+        w2g = jax.lax.all_gather(w2, "fsdp", axis=1 if bug == "gather_axis1" else 0)  # BUG-SITE: gather_axis1
+        return _mlp(x, w1, w2g.reshape(f, d))
+
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P("fsdp"), P("fsdp"), P("fsdp")), out_specs=P("fsdp"), check_vma=False)
+    return JaxModel(_mlp, dist, mesh, [JaxInput("x", (b, d), spec=("fsdp", None)), JaxInput("w1", (d, f), spec=("fsdp", None)),
+                                       JaxInput("w2", (f, d), spec=("fsdp", None))],
+                    outputs=[("fsdp", None)], description=f"FSDP with untiled all_gather(axis=0), {c} shards")
+
+
+def psum_scatter_untiled(ctx: JaxContext) -> JaxModel:
+    """The row-parallel MLP's output reduce-scattered by an untiled ``psum_scatter`` (the
+    sequence split into a leading axis of c first), sequence-parallel output."""
+    s, d, f, c = ctx.knob("seq", 16), ctx.knob("hidden", 16), ctx.knob("ffn", 32), ctx.knob("tp", 4)
+    mesh = ctx.mesh({"tp": c})
+    bug = ctx.variant
+
+    def per_device(x: Any, w1: Any, w2: Any) -> Any:
+        y = _mlp(x, w1, w2)  # [s, d] partial
+        y = y.reshape(s // c, c, d).transpose(1, 0, 2) if bug == "scatter_interleaved" else y.reshape(c, s // c, d)  # BUG-SITE: scatter_interleaved
+        return jax.lax.psum_scatter(y, "tp", scatter_dimension=0)
+
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P(), P(None, "tp"), P("tp", None)), out_specs=P("tp", None), check_vma=False)
+    return JaxModel(_mlp, dist, mesh, [JaxInput("x", (s, d)), JaxInput("w1", (d, f), spec=(None, "tp")), JaxInput("w2", (f, d), spec=("tp", None))],
+                    outputs=[("tp", None)], description=f"MLP + untiled psum_scatter (scatter_dimension 0), TP {c}")
+
+
+def gather_output(ctx: JaxContext) -> JaxModel:
+    """A column-parallel projection whose output is gathered along the last dim
+    (``all_gather(y, axis=1, tiled=True)``: Megatron's gather_output=True)."""
+    b, d, f, c = ctx.knob("batch", 8), ctx.knob("hidden", 16), ctx.knob("ffn", 32), ctx.knob("tp", 4)
+    mesh = ctx.mesh({"tp": c})
+    bug = ctx.variant
+
+    def proj(x: Any, w: Any) -> Any:
+        return jnp.tanh(x @ w)
+
+    def per_device(x: Any, w: Any) -> Any:
+        y = jnp.tanh(x @ w)
+        return jax.lax.all_gather(y, "tp", axis=0 if bug == "gather_rows" else 1, tiled=True).reshape(b, f)  # BUG-SITE: gather_rows
+
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P(), P(None, "tp")), out_specs=P(), check_vma=False)
+    return JaxModel(proj, dist, mesh, [JaxInput("x", (b, d)), JaxInput("w", (d, f), spec=(None, "tp"))], description=f"column-parallel + all_gather(axis=1), TP {c}")
+
+
+class RematBlock(nn.Module):
+    ffn: int
+
+    @nn.compact
+    def __call__(self, x: Any, _: Any) -> tuple[Any, None]:
+        h = nn.LayerNorm(use_bias=False, name="norm")(x)
+        return x + MtMlp(self.ffn, name="mlp")(h), None
+
+
+class RematDecoder(nn.Module):
+    """MaxText's layer stack: nn.remat (activation checkpointing) inside nn.scan."""
+
+    layers: int
+    ffn: int
+
+    @nn.compact
+    def __call__(self, x: Any) -> Any:
+        block = nn.remat(RematBlock, prevent_cse=False, policy=jax.checkpoint_policies.nothing_saveable)
+        stack = nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True}, length=self.layers, metadata_params={nn.PARTITION_NAME: "layers"})
+        return stack(self.ffn, name="layers")(x, None)[0]
+
+
+def remat_scan(ctx: JaxContext) -> JaxModel:
+    """A MaxText-like remat + scan decoder of LayerNorm + gated MLP blocks, TP 4, GSPMD; the loss
+    and its gradient (remat recomputes in the backward). (With the batch over 'data' too the
+    loss is the mean over every group's batch: a relation of one group cannot declare it.)"""
+    b, s, d, f, n = ctx.knob("batch", 2), ctx.knob("seq", 4), ctx.knob("hidden", 16), ctx.knob("ffn", 32), ctx.knob("layers", 2)
+    mesh = ctx.mesh({"data": 1, "model": 4})
+    module = RematDecoder(n, f)
+    variables = jax.eval_shape(module.init, jax.random.key(0), _f32(b, s, d))
+    x = JaxInput("x", (b, s, d), spec=("activation_batch", None, None))
+    rules = (*MT_RULES, ("layers", None))
+
+    def step(v: Any, xs: Any) -> Any:
+        return jax.value_and_grad(lambda p: jnp.mean(module.apply(p, xs) ** 2))(v)
+
+    return JaxModel(step, step, mesh, [variables, x], outputs=(P(), variables), rules=rules, group_axes=("model",), gspmd=True,
+                    description=f"remat + scan decoder ({n} layers) loss and gradients, TP 4, GSPMD")

@@ -80,6 +80,7 @@ from . import (
     scatter,
     selectpartial,
     slicing,
+    splitscatter,
     takealong,
     tuplerows,
     unroll,
@@ -165,6 +166,7 @@ FAMILIES: list[Family] = [
     Family("convmax", "convmax.egg", convmax.TABLES, graph_rows=convmax.graph_rows),  # ident: partition; shape rows of its baseline terms: core
     Family("takealong", "takealong.egg", takealong.TABLES, takealong.OPCODES, takealong.instruction_rows, takealong.graph_rows),  # xgb: crossentropy; shifted, outside, clamped: slicing
     Family("tuplerows", "tuplerows.egg", tuplerows.TABLES, tuplerows.OPCODES, tuplerows.instruction_rows),  # sharded, dup: core
+    Family("splitscatter", "splitscatter.egg", splitscatter.TABLES, splitscatter.OPCODES, splitscatter.instruction_rows),  # reducescatter, partial: core
 ]
 
 
