@@ -2384,53 +2384,6 @@ def reshapeback(rng: random.Random) -> Program:
 
 FAMILIES["reshapeback"] = reshapeback
 
-
-# ---- a reshape undone on the other side (rules/reshapeback.egg) ----------------------------------
-
-
-def reshapeback(rng: random.Random) -> Program:
-    """LayerNorm's rows after a row-parallel all-reduce, as torch-xla writes them: the baseline
-    views rows w [N, H] as x [B, S, H] (and its norm views x back as [N, H], a chain the
-    normalizer composes to w), the rank all-reduces its partial x and reshapes the result to
-    [N, H]. Drawn: the element type (narrow, unsigned, float), B, S, H, the groups (DP x TP
-    included), the norm's [1, N, H] view or not; defects: the rank's rows transposed (S, B)
-    before the reshape back, reversed, rotated by one row, the all-reduce over other groups."""
-    groups = _layout(rng)
-    t = rng.choice(["f32", "bf16", "s32", "s8", "u8", "f16"])
-    b, s, h = rng.choice([2, 3]), rng.choice([2, 4]), rng.choice([1, 3, 8])
-    n = b * s
-    defect = rng.choice(["none"] * 5 + ["transpose", "reverse", "rotate", "groups"])
-    xs, ws = f"{t}[{b},{s},{h}]", f"{t}[{n},{h}]"
-    view = rng.choice([True, False])
-    chain = (f"  %u = {t}[1,{n},{h}] reshape({xs} %x)\n  %y = {ws} reshape({t}[1,{n},{h}] %u)\n" if view
-             else f"  %y = {ws} reshape({xs} %x)\n")
-    base = (f"HloModule rb_base\n\nENTRY %main (w: {ws}) -> ({xs}, {ws}) {{\n  %w = {ws} parameter(0)\n"
-            f"  %x = {xs} reshape({ws} %w)\n" + chain
-            + f"  %o = {ws} add({ws} %y, {ws} %y)\n  ROOT %r = ({xs}, {ws}) tuple({xs} %x, {ws} %o)\n}}\n")
-    g2 = _other_groups(rng, groups) if defect == "groups" else groups
-    lines = [f"  %w = {ws} parameter(0)", f"  %p = {xs} reshape({ws} %w)",
-             f"  %a = {xs} all-reduce({xs} %p), channel_id=1, replica_groups={_groups_text(g2)}, use_global_device_ids=true, to_apply=%sum"]
-    if defect == "transpose":
-        lines += [f"  %q = {t}[{s},{b},{h}] transpose({xs} %a), dimensions={{1,0,2}}", f"  %z = {ws} reshape({t}[{s},{b},{h}] %q)"]
-    else:
-        lines.append(f"  %z = {ws} reshape({xs} %a)")
-    if defect == "reverse":
-        lines.append(f"  %z2 = {ws} reverse({ws} %z), dimensions={{0}}")
-    elif defect == "rotate":
-        lines += [f"  %t0 = {t}[{n - 1},{h}] slice({ws} %z), slice={{[1:{n}], [0:{h}]}}", f"  %t1 = {t}[1,{h}] slice({ws} %z), slice={{[0:1], [0:{h}]}}",
-                  f"  %z2 = {ws} concatenate({t}[{n - 1},{h}] %t0, {t}[1,{h}] %t1), dimensions={{0}}"]
-    else:
-        lines.append(f"  %z2 = {ws} copy({ws} %z)")
-    lines += [f"  %o = {ws} add({ws} %z2, {ws} %z2)", f"  ROOT %r = ({xs}, {ws}) tuple({xs} %a, {ws} %o)"]
-    dist = f"HloModule rb_dist\n\n{_reducer('sum', 'add', t)}\nENTRY %main (w: {ws}) -> ({xs}, {ws}) {{\n" + "\n".join(lines) + "\n}\n"
-    rel = {"groups": groups, "inputs": [{"baseline": 0, "distributed": 0, "relation": "partial", "op": "add"}],
-           "outputs": [{"baseline": i, "distributed": i, "relation": "duplicate"} for i in range(2)]}
-    return Program("reshapeback", f"{t} rows [{n},{h}] as [{b},{s},{h}]{' via [1,N,H]' if view else ''}, defect {defect} (groups {g2})", base, dist, rel)
-
-
-FAMILIES["reshapeback"] = reshapeback
-
-
 # ---- the vocab-sharded take_along_axis of any rank (rules/takealong.egg) --------------------------
 
 
@@ -2913,63 +2866,58 @@ def tuplerows(rng: random.Random) -> Program:
 FAMILIES["tuplerows"] = tuplerows
 
 
-# ---- an untiled reduce-scatter between a split and a unit-dim drop (rules/splitscatter.egg) -------
+# ---- a baseline reshape taken through the shape a rank gathers (rules/reshapesplit.egg) ----------
 
 
-def splitscatter(rng: random.Random) -> Program:
-    """y' = dot(a', b') a partial sum (the contracting dim sharded), reshaped to split dim e into
-    (c, n/c), reduce-scattered along e over the group, the unit dim dropped: block r along e of
-    the baseline's dot. Drawn: the element type (floats and ints, narrow ones wrap alike), rank
-    2 or 3, e, the groups; near misses: the split as (n/c, c) scattered along e + 1 (strided
-    rows), a max reducer, the reduce-scatter over other groups, the output declared along the
-    other dim, the contraction not sharded (a duplicate summed c times)."""
+def reshapesplit(rng: random.Random) -> Program:
+    """transformers' colwise_gather_output: the rank's column block of y [N, H] (N = B*S) viewed
+    as [B, S, H/c], gathered along the last dim - directly (all-gather along dim 2) or as DTensor
+    writes it (all-gather along dim 0, split into c pieces, concatenated along dim 2) - and viewed
+    per head [B, S, K, D]; the baseline reshapes y to [B, S, K, D] in one step. Drawn: the element
+    type (narrow, unsigned, float), the extents, the groups (DP x TP included), the form; defects:
+    the pieces concatenated in another order, the gather's dim-0 result viewed without the split,
+    the rank's view transposed to [S, B, H/c], the gather over other groups."""
     groups = _layout(rng)
     c = len(groups[0])
-    t = rng.choice(["f32", "f32", "bf16", "s32", "s8", "u16"])
-    rows = [rng.choice([2, 3]) * c] + ([rng.choice([2, 4])] if rng.random() < 0.4 else [])
-    m = rng.choice([3, 4])
-    k = 2 * c
-    out = [*rows, m]
-    e = rng.choice(range(len(rows)))
-    defect = rng.choice(["none"] * 6 + ["strided", "max", "other_groups", "out_dim", "dup_contract"])
-    rs_groups = _other_groups(rng, groups) if defect == "other_groups" else groups
-    kl = k if defect == "dup_contract" else k // c
-
-    def sh(dims: list[int]) -> str:
-        return f"{t}[{','.join(map(str, dims))}]"
-
-    a_b, a_d = [*rows, k], [*rows, kl]
-    nd = len(out)
-    dot = f"lhs_contracting_dims={{{nd - 1}}}, rhs_contracting_dims={{0}}"
-    base = (f"HloModule ss_base\n\nENTRY %main (a: {sh(a_b)}, b: {sh([k, m])}) -> {sh(out)} {{\n  %a = {sh(a_b)} parameter(0)\n  %b = {sh([k, m])} parameter(1)\n"
-            f"  ROOT %y = {sh(out)} dot({sh(a_b)} %a, {sh([k, m])} %b), {dot}\n}}\n")
-    n = out[e]
-    if defect == "strided":
-        split = [*out[:e], n // c, c, *out[e + 1:]]
-        se = e + 1
+    t = rng.choice(["f32", "bf16", "s32", "s8", "u8", "f16"])
+    b, s, w, d = rng.choice([1, 2]), rng.choice([2, 3]), rng.choice([1, 2]), rng.choice([1, 2, 4])
+    h, n = c * w * d, b * s
+    k = h // d
+    form = rng.choice(["direct", "dtensor"])
+    defect = rng.choice(["none"] * 5 + ["order", "unsplit", "transposed", "groups"])
+    if defect == "order":
+        form = "dtensor"
+    if defect == "transposed":
+        b = 2  # with b = 1 the (S, B) view is the same sequence: no defect
+    ys, zs, loc = f"{t}[{n},{h}]", f"{t}[{b},{s},{k},{d}]", f"{t}[{n},{h // c}]"
+    base = (f"HloModule rs_base\n\nENTRY %main (y: {ys}) -> {zs} {{\n  %y = {ys} parameter(0)\n"
+            f"  %n = {ys} negate({ys} %y)\n  ROOT %z = {zs} reshape({ys} %n)\n}}\n")
+    g2 = _other_groups(rng, groups) if defect == "groups" else groups
+    piece = f"{t}[{b},{s},{h // c}]"
+    lines = [f"  %y = {loc} parameter(0)", f"  %n = {loc} negate({loc} %y)"]
+    if defect == "transposed":
+        lines += [f"  %v = {t}[{s},{b},{h // c}] reshape({loc} %n)", f"  %r = {piece} transpose({t}[{s},{b},{h // c}] %v), dimensions={{1,0,2}}"]
     else:
-        split = [*out[:e], c, n // c, *out[e + 1:]]
-        se = e
-    scat = list(split)
-    scat[se] = 1
-    final = [d for i, d in enumerate(scat) if i != se]
-    red = "maximum" if defect == "max" else "add"
-    dist = (f"HloModule ss_dist\n\n{_reducer('red', red, t)}\nENTRY %main (r: s32[], a: {sh(a_d)}, b: {sh([kl, m])}) -> {sh(final)} {{\n"
-            f"  %r = s32[] parameter(0)\n  %a = {sh(a_d)} parameter(1)\n  %b = {sh([kl, m])} parameter(2)\n"
-            f"  %y = {sh(out)} dot({sh(a_d)} %a, {sh([kl, m])} %b), {dot}\n"
-            f"  %s = {sh(split)} reshape({sh(out)} %y)\n"
-            f"  %rs = {sh(scat)} reduce-scatter({sh(split)} %s), channel_id=1, replica_groups={_groups_text(rs_groups)}, use_global_device_ids=true, dimensions={{{se}}}, to_apply=%red\n"
-            f"  ROOT %z = {sh(final)} reshape({sh(scat)} %rs)\n}}\n")
-    oe = e
-    if defect == "out_dim":
-        cands = [i for i in range(nd) if i != e and out[i] % c == 0]
-        oe = cands[0] if cands else e
-    ins = [{"distributed": 0, "relation": "rank"},
-           {"baseline": 0, "distributed": 1, "relation": "duplicate"} if defect == "dup_contract" else {"baseline": 0, "distributed": 1, "relation": "sharded", "dim": nd - 1},
-           {"baseline": 1, "distributed": 2, "relation": "duplicate"} if defect == "dup_contract" else {"baseline": 1, "distributed": 2, "relation": "sharded", "dim": 0}]
-    rel = {"groups": groups, "inputs": ins, "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": oe}]}
-    form = f"{t} dot {out} split dim {e} ({'strided' if defect == 'strided' else 'blocks'}), reduce-scatter {red} over {rs_groups}, defect {defect} (groups {groups})"
-    return Program("splitscatter", form, base, dist, rel)
+        lines.append(f"  %r = {piece} reshape({loc} %n)")
+    gt = _groups_text(g2)
+    if defect == "unsplit":
+        lines += [f"  %a = {t}[{c * b},{s},{h // c}] all-gather({piece} %r), channel_id=1, replica_groups={gt}, dimensions={{0}}, use_global_device_ids=true",
+                  f"  %g = {t}[{b},{s},{h}] reshape({t}[{c * b},{s},{h // c}] %a)"]
+    elif form == "direct":
+        lines.append(f"  %g = {t}[{b},{s},{h}] all-gather({piece} %r), channel_id=1, replica_groups={gt}, dimensions={{2}}, use_global_device_ids=true")
+    else:
+        lines.append(f"  %a = {t}[{c * b},{s},{h // c}] all-gather({piece} %r), channel_id=1, replica_groups={gt}, dimensions={{0}}, use_global_device_ids=true")
+        order = list(range(c))
+        if defect == "order":
+            order[0], order[1] = order[1], order[0]
+        for j in range(c):
+            lines.append(f"  %p{j} = {piece} slice({t}[{c * b},{s},{h // c}] %a), slice={{[{j * b}:{(j + 1) * b}], [0:{s}], [0:{h // c}]}}")
+        lines.append(f"  %g = {t}[{b},{s},{h}] concatenate({', '.join(f'{piece} %p{j}' for j in order)}), dimensions={{2}}")
+    lines.append(f"  ROOT %z = {zs} reshape({t}[{b},{s},{h}] %g)")
+    dist = f"HloModule rs_dist\n\nENTRY %main (y: {loc}) -> {zs} {{\n" + "\n".join(lines) + "\n}\n"
+    rel = {"groups": groups, "inputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 1}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    return Program("reshapesplit", f"{t} y [{n},{h}] -> [{b},{s},{k},{d}], {form} gather, defect {defect} (groups {g2})", base, dist, rel)
 
 
-FAMILIES["splitscatter"] = splitscatter
+FAMILIES["reshapesplit"] = reshapesplit

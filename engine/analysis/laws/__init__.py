@@ -70,6 +70,8 @@ from . import (
     rankint,
     rankpos,
     rankselect,
+    reshapeback,
+    reshapesplit,
     ring,
     ringfill,
     ringmask,
@@ -164,6 +166,8 @@ FAMILIES: list[Family] = [
     Family("ringmask", "ringmask.egg", ringmask.TABLES, graph_rows=ringmask.graph_rows),  # rlive: ring; rot2, rred: ring; rkany: rankint; sel2: ringfill
     Family("rollring", "rollring.egg", rollring.TABLES, graph_rows=rollring.graph_rows),  # rpart, rot: ringcollect, permute
     Family("convmax", "convmax.egg", convmax.TABLES, graph_rows=convmax.graph_rows),  # ident: partition; shape rows of its baseline terms: core
+    Family("reshapeback", "reshapeback.egg", reshapeback.TABLES, graph_rows=reshapeback.graph_rows),  # dup: core
+    Family("reshapesplit", "reshapesplit.egg", reshapesplit.TABLES, graph_rows=reshapesplit.graph_rows),  # shape rows of its baseline terms: core
     Family("takealong", "takealong.egg", takealong.TABLES, takealong.OPCODES, takealong.instruction_rows, takealong.graph_rows),  # xgb: crossentropy; shifted, outside, clamped: slicing
     Family("tuplerows", "tuplerows.egg", tuplerows.TABLES, tuplerows.OPCODES, tuplerows.instruction_rows),  # sharded, dup: core
     Family("splitscatter", "splitscatter.egg", splitscatter.TABLES, splitscatter.OPCODES, splitscatter.instruction_rows),  # reducescatter, partial: core
