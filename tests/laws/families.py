@@ -2866,6 +2866,68 @@ def tuplerows(rng: random.Random) -> Program:
 FAMILIES["tuplerows"] = tuplerows
 
 
+# ---- an untiled reduce-scatter between a split and a unit-dim drop (rules/splitscatter.egg) -------
+
+
+def splitscatter(rng: random.Random) -> Program:
+    """y' = dot(a', b') a partial sum (the contracting dim sharded), reshaped to split dim e into
+    (c, n/c), reduce-scattered along e over the group, the unit dim dropped: block r along e of
+    the baseline's dot. Drawn: the element type (floats and ints, narrow ones wrap alike), rank
+    2 or 3, e, the groups; near misses: the split as (n/c, c) scattered along e + 1 (strided
+    rows), a max reducer, the reduce-scatter over other groups, the output declared along the
+    other dim, the contraction not sharded (a duplicate summed c times)."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    t = rng.choice(["f32", "f32", "bf16", "s32", "s8", "u16"])
+    rows = [rng.choice([2, 3]) * c] + ([rng.choice([2, 4])] if rng.random() < 0.4 else [])
+    m = rng.choice([3, 4])
+    k = 2 * c
+    out = [*rows, m]
+    e = rng.choice(range(len(rows)))
+    defect = rng.choice(["none"] * 6 + ["strided", "max", "other_groups", "out_dim", "dup_contract"])
+    rs_groups = _other_groups(rng, groups) if defect == "other_groups" else groups
+    kl = k if defect == "dup_contract" else k // c
+
+    def sh(dims: list[int]) -> str:
+        return f"{t}[{','.join(map(str, dims))}]"
+
+    a_b, a_d = [*rows, k], [*rows, kl]
+    nd = len(out)
+    dot = f"lhs_contracting_dims={{{nd - 1}}}, rhs_contracting_dims={{0}}"
+    base = (f"HloModule ss_base\n\nENTRY %main (a: {sh(a_b)}, b: {sh([k, m])}) -> {sh(out)} {{\n  %a = {sh(a_b)} parameter(0)\n  %b = {sh([k, m])} parameter(1)\n"
+            f"  ROOT %y = {sh(out)} dot({sh(a_b)} %a, {sh([k, m])} %b), {dot}\n}}\n")
+    n = out[e]
+    if defect == "strided":
+        split = [*out[:e], n // c, c, *out[e + 1:]]
+        se = e + 1
+    else:
+        split = [*out[:e], c, n // c, *out[e + 1:]]
+        se = e
+    scat = list(split)
+    scat[se] = 1
+    final = [d for i, d in enumerate(scat) if i != se]
+    red = "maximum" if defect == "max" else "add"
+    dist = (f"HloModule ss_dist\n\n{_reducer('red', red, t)}\nENTRY %main (r: s32[], a: {sh(a_d)}, b: {sh([kl, m])}) -> {sh(final)} {{\n"
+            f"  %r = s32[] parameter(0)\n  %a = {sh(a_d)} parameter(1)\n  %b = {sh([kl, m])} parameter(2)\n"
+            f"  %y = {sh(out)} dot({sh(a_d)} %a, {sh([kl, m])} %b), {dot}\n"
+            f"  %s = {sh(split)} reshape({sh(out)} %y)\n"
+            f"  %rs = {sh(scat)} reduce-scatter({sh(split)} %s), channel_id=1, replica_groups={_groups_text(rs_groups)}, use_global_device_ids=true, dimensions={{{se}}}, to_apply=%red\n"
+            f"  ROOT %z = {sh(final)} reshape({sh(scat)} %rs)\n}}\n")
+    oe = e
+    if defect == "out_dim":
+        cands = [i for i in range(nd) if i != e and out[i] % c == 0]
+        oe = cands[0] if cands else e
+    ins = [{"distributed": 0, "relation": "rank"},
+           {"baseline": 0, "distributed": 1, "relation": "duplicate"} if defect == "dup_contract" else {"baseline": 0, "distributed": 1, "relation": "sharded", "dim": nd - 1},
+           {"baseline": 1, "distributed": 2, "relation": "duplicate"} if defect == "dup_contract" else {"baseline": 1, "distributed": 2, "relation": "sharded", "dim": 0}]
+    rel = {"groups": groups, "inputs": ins, "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": oe}]}
+    form = f"{t} dot {out} split dim {e} ({'strided' if defect == 'strided' else 'blocks'}), reduce-scatter {red} over {rs_groups}, defect {defect} (groups {groups})"
+    return Program("splitscatter", form, base, dist, rel)
+
+
+FAMILIES["splitscatter"] = splitscatter
+
+
 # ---- a baseline reshape taken through the shape a rank gathers (rules/reshapesplit.egg) ----------
 
 
