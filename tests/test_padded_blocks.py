@@ -160,3 +160,57 @@ def test_torchdist_padded_fused_qkv_verifies_and_the_whole_weight_padding_diverg
     site = bug_sites([root / "examples" / "torchdist" / "padded_qkv.py"], root)["whole_pad"]
     src = bug["result"]["divergences"][0]["source"]
     assert (src["file"], src["line"]) == site
+
+
+def _fused_mlp(f: int, c: int, w: int, dist: bool, cut_up_at: int | None = None) -> str:
+    """SwiGLU with a fused [gate | up] projection of f features each (w per rank, padded per
+    block), the down projection contracting the padded features."""
+    n = w if dist else f
+    up_at = n if cut_up_at is None else cut_up_at
+    groups = ",".join(map(str, range(c)))
+    root = f"  %o = f32[4,8]{{1,0}} dot(f32[4,{n}]{{1,0}} %h, f32[8,{n}]{{1,0}} %Wd), lhs_contracting_dims={{1}}, rhs_contracting_dims={{1}}\n"
+    if dist:
+        root += f"  ROOT %ar = f32[4,8]{{1,0}} all-reduce(f32[4,8]{{1,0}} %o), replica_groups={{{{{groups}}}}}, to_apply=%add\n"
+    else:
+        root += "  ROOT %r = f32[4,8]{1,0} copy(f32[4,8]{1,0} %o)\n"
+    return f"""HloModule fused_mlp
+
+%add (a: f32[], b: f32[]) -> f32[] {{
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(f32[] %a, f32[] %b)
+}}
+
+ENTRY %main (x: f32[4,8], Wgu: f32[{2 * n},8], Wd: f32[8,{n}]) -> f32[4,8] {{
+  %x = f32[4,8]{{1,0}} parameter(0)
+  %Wgu = f32[{2 * n},8]{{1,0}} parameter(1)
+  %Wd = f32[8,{n}]{{1,0}} parameter(2)
+  %gu = f32[4,{2 * n}]{{1,0}} dot(f32[4,8]{{1,0}} %x, f32[{2 * n},8]{{1,0}} %Wgu), lhs_contracting_dims={{1}}, rhs_contracting_dims={{1}}
+  %g = f32[4,{n}]{{1,0}} slice(f32[4,{2 * n}]{{1,0}} %gu), slice={{[0:4], [0:{n}]}}
+  %u = f32[4,{n}]{{1,0}} slice(f32[4,{2 * n}]{{1,0}} %gu), slice={{[0:4], [{up_at}:{up_at + n}]}}
+  %sg = f32[4,{n}]{{1,0}} logistic(f32[4,{n}]{{1,0}} %g)
+  %si = f32[4,{n}]{{1,0}} multiply(f32[4,{n}]{{1,0}} %g, f32[4,{n}]{{1,0}} %sg)
+  %h = f32[4,{n}]{{1,0}} multiply(f32[4,{n}]{{1,0}} %si, f32[4,{n}]{{1,0}} %u)
+{root}}}
+"""
+
+
+@pytest.mark.parametrize("cut_up_at", [None, 2])
+def test_fused_gate_up_padded_per_block(cut_up_at: int | None) -> None:
+    """FFN features that do not divide (10 over 4 ranks, 3 each, padded to 12 per block) in a
+    fused [gate | up] projection: silu(0)·0 = 0 on the padding, so the down projection's sum is
+    the baseline's; reading up one feature early (offset 2 instead of 3) is not verified."""
+    f, c, w = 10, 4, 3
+    base, dist = _fused_mlp(f, c, w, False), _fused_mlp(f, c, w, True, cut_up_at)
+    rel = {
+        "groups": [list(range(c))],
+        "inputs": [
+            {"baseline": 0, "distributed": 0, "relation": "duplicate"},
+            {"baseline": 1, "distributed": 1, "relation": "padded", "dim": 0, "blocks": [f, f], "width": w},
+            {"baseline": 2, "distributed": 2, "relation": "padded", "dim": 1, "width": w},
+        ],
+        "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}],
+    }
+    correct = cut_up_at is None
+    assert (_verdict(base, dist, rel) == "verified") is correct
+    assert _equal(base, dist, rel) is correct
