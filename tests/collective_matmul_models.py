@@ -99,7 +99,8 @@ def ring_allreduce_roll(ctx: JaxContext) -> JaxModel:
 def ring_allreduce_rows(ctx: JaxContext) -> JaxModel:
     """The ring all-reduce on (c, w) chunk rows, rotated by the rank in another spelling than
     ``jnp.roll`` (knob ``form``): ``take`` (``jnp.take(chunks, (iota + r) % c, axis=0)``),
-    ``getitem`` (``chunks[(iota + r) % c]``), ``static`` (a literal ``jnp.roll`` of the reversed
+    ``getitem`` (``chunks[(iota + r) % c]``), ``index`` (c rows read by
+    ``lax.dynamic_index_in_dim(chunks, (j + r) % c, 0)``, stacked), ``static`` (a literal ``jnp.roll`` of the reversed
     rows, then the rank's rotation by ``jnp.roll``). Row k of ``mine`` is chunk (r + k) mod c; the
     ring turns towards the previous rank; the reduced rows are rotated back the same way."""
     n, d, c, form = ctx.knob("rows", 16), ctx.knob("hidden", 8), ctx.knob("tp", 4), ctx.knob("form", "take")
@@ -114,6 +115,8 @@ def ring_allreduce_rows(ctx: JaxContext) -> JaxModel:
             return jnp.take(a, idx, axis=0)
         if form == "getitem":
             return a[idx]
+        if form == "index":  # c rows read at per-rank starts, stacked
+            return jnp.stack([jax.lax.dynamic_index_in_dim(a, (j + shift) % c, 0, keepdims=False) for j in range(c)])
         return jnp.roll(jnp.roll(a[::-1], 1, axis=0)[::-1], -shift - 1, axis=0)  # static: reverse, roll 1, reverse
 
     def base(x: Any) -> Any:

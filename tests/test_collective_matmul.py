@@ -119,11 +119,13 @@ def test_roll_spelling_verified_and_its_mutants_diverged(tmp_path: Path, variant
     ("take", None), ("take", "off_by_one"),
     ("getitem", None), ("getitem", "wrong_chunk"),
     ("static", None), ("static", "wrong_direction"),
+    ("index", None), ("index", "off_by_one"),
 ])
 def test_rows_rotated_by_other_spellings(tmp_path: Path, form: str, variant: str | None) -> None:
     # The same ring with its chunk rows rotated by jnp.take (a gather by (iota + r) % c, then a
-    # select with the in-bounds mask, all true on every rank), by a[idx] (a plain gather), or by
-    # literal rolls between reverses (slices + concatenate) then a traced roll.
+    # select with the in-bounds mask, all true on every rank), by a[idx] (a plain gather), by c
+    # rows read with lax.dynamic_index_in_dim at per-rank starts and stacked, or by literal rolls
+    # between reverses (slices + concatenate) then a traced roll.
     r = _check(tmp_path, "ring_allreduce_rows", variant, {"form": form})
     if variant is None:
         assert r["verdict"] == "verified", r["stdout"][-3000:]
