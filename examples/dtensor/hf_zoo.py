@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 import torch.nn as nn
 import transformers
 from transformers.distributed import DistributedConfig
@@ -54,6 +55,17 @@ def _rows_seq_major(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]
     return (x.transpose(0, 1).reshape(x.shape),)
 
 
+def _blocks_rotated(tp: int) -> Any:
+    """Bug variant ``gathered_blocks_rotated``: a projection's gathered output with its rank
+    blocks one place out of order - rank r's columns where rank r + 1's belong."""
+
+    def hook(module: nn.Module, args: tuple[Any, ...], out: Any) -> Any:
+        w = out.shape[-1] // tp
+        return torch.cat([out[..., w:], out[..., :w]], dim=-1)
+
+    return hook
+
+
 def causal_lm(ctx: BuildContext) -> Model:
     family = ctx.knob("family", "Mistral")
     vocab, dim, ffn = ctx.knob("vocab", 64), ctx.knob("dim", 32), ctx.knob("ffn", 64)
@@ -71,6 +83,8 @@ def causal_lm(ctx: BuildContext) -> Model:
         lm = model_class.maybe_distribute_model(model_class(config), distributed_config, mesh)
         if ctx.variant == "rows_seq_major":
             lm.model.layers[layers - 1].input_layernorm.register_forward_pre_hook(_rows_seq_major)
+        if ctx.variant == "gathered_blocks_rotated":
+            lm.model.layers[layers - 1].self_attn.k_proj.register_forward_hook(_blocks_rotated(ctx.tp))
         return Logits(lm)
 
     return Model(
