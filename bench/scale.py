@@ -225,15 +225,14 @@ def build(
 # Phase 2: verify, one fresh process per run
 
 
-# ``--without``: the check process unregisters these law families before anything loads the
-# rules (their rules files are not loaded, their hooks not called): what a family costs.
+# ``--without``: the check process leaves these law families out (laws.leave_out: their rules
+# not loaded, their hooks not called, their relations declared and empty): what a family costs.
 WITHOUT = """import runpy, sys
 from shardproof.engine.analysis import laws
-drop = set(sys.argv.pop(1).split(","))
-unknown = drop - {f.name for f in laws.FAMILIES}
-if unknown:
-    sys.exit(f"--without: no law family {sorted(unknown)}")
-laws.FAMILIES[:] = [f for f in laws.FAMILIES if f.name not in drop]
+try:
+    laws.leave_out(n for n in sys.argv.pop(1).split(",") if n)
+except ValueError as e:
+    sys.exit(f"--without: {e}")
 runpy.run_module("shardproof.engine.cli", run_name="__main__", alter_sys=True)
 """
 

@@ -7,6 +7,8 @@ in about a microsecond, one command per fact costs a hundred times that.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import importlib.machinery
 import importlib.util
 import itertools
@@ -17,7 +19,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
@@ -98,6 +100,98 @@ def rule_text(name: str) -> str:
     return resources.files("shardproof.rules").joinpath(name).read_text()
 
 
+# Heads of s-expressions (a relation is always one): ("(", head, "") or ("", "", ")") per
+# parenthesis; comments and strings match as ("", "", "") and are skipped.
+_HEADS = re.compile(r'(\()\s*([^\s()";]*)|(\))|;[^\n]*|"(?:[^"\\]|\\.)*"?')
+_DECLARATIONS = ("relation", "function", "constructor", "datatype", "datatype*", "sort", "ruleset")
+
+
+@dataclass(frozen=True)
+class Form:
+    file: str  # in rules/
+    line: int
+    text: str
+    # A rule: the input tables its query reads (empty for every other form, always loaded).
+    needs: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Program:
+    forms: tuple[Form, ...]
+    inputs: frozenset[str]  # relations only the law families' hooks (and seeds) fill
+
+
+def _rule_parts(text: str) -> tuple[list[str], list[str]]:
+    """Of a ``(rule (query ...) (actions ...) ...)`` form: the heads of the query's atoms and
+    every head anywhere in its actions."""
+    atoms: list[str] = []
+    acts: list[str] = []
+    depth, part = 0, -1
+    for opened, head, closed in _HEADS.findall(text):
+        if closed:
+            depth -= 1
+        elif opened:
+            depth += 1
+            if depth == 2:
+                part += 1
+            elif depth == 3 and part == 0:
+                atoms.append(head)
+            elif depth >= 3 and part == 1:
+                acts.append(head)
+    return atoms, acts
+
+
+def heads(text: str) -> set[str]:
+    """Every s-expression head in ``text`` (a seed fact's relations, say)."""
+    return {head for _, head, _ in _HEADS.findall(text) if head}
+
+
+def program(rule_files: tuple[str, ...]) -> Program:
+    """The rules files' forms, analysed once per process (per ``rule_text``: tests edit it).
+    The files of left-out families (laws.leave_out) give their declarations only."""
+    return _program(rule_files, laws.declared_only(), rule_text)
+
+
+@functools.cache
+def _program(rule_files: tuple[str, ...], off: frozenset[str], read: Callable[[str], str]) -> Program:
+    """The forms of ``rule_files`` in load order, each rule with the input tables it reads.
+
+    An input table is a relation of a registered family's TABLES (engine/analysis/laws) that no
+    rule's action and no fact of the rules files writes: its rows come from graph.build (and a
+    proof's seeds) only. A rule whose query reads an input table holding no rows cannot fire in
+    that e-graph, so leaving it out changes nothing of the proof (Session ``present``), and a
+    family costs nothing on a program it does not apply to: no compiling, no per-iteration
+    search (~3 µs per rule and iteration, a 405B proof runs ~600 iterations), no share of the
+    e-graph's push and pop."""
+    forms: list[Form] = []
+    declared: set[str] = set()
+    written: set[str] = set()
+    queried: list[tuple[int, list[str]]] = []
+    for name in rule_files:
+        text = read(name)
+        line, last = 1, 0
+        for at, form in _forms(text):
+            line += text.count("\n", last, at)
+            last = at
+            head = form[1:].split(None, 1)[0] if len(form) > 1 else ""
+            if head in ("rule", "rewrite", "birewrite") and name in off:
+                continue
+            if head == "rule":
+                atoms, acts = _rule_parts(form)
+                written.update(acts)
+                queried.append((len(forms), atoms))
+            elif head in _DECLARATIONS:
+                if head == "relation":
+                    declared.add(form[1:].split(None, 2)[1])
+            elif head not in ("rewrite", "birewrite"):
+                written |= heads(form)  # a fact: (flipop "max" "min"), (union ...), (set ...)
+            forms.append(Form(name, line, form))
+    inputs = frozenset(declared & set(laws.tables()) - written)
+    for i, atoms in queried:
+        forms[i] = dataclasses.replace(forms[i], needs=frozenset(a for a in atoms if a in inputs))
+    return Program(tuple(forms), inputs)
+
+
 # Which budget stopped a run (RunStats.exhausted); "" when the rules saturated.
 ITERATIONS, SECONDS, NODES, LAYOUT_ROUNDS = "iterations", "seconds", "nodes", "layout_rounds"
 
@@ -112,29 +206,62 @@ class RunStats:
 
 
 class Session:
-    """One e-graph. Not thread-safe (egglog's EGraph cannot cross threads); make one per thread."""
+    """One e-graph. Not thread-safe (egglog's EGraph cannot cross threads); make one per thread.
 
-    def __init__(self, rule_files: Iterable[str] = RULE_FILES) -> None:
+    ``present``: the input tables that hold rows in the proofs this e-graph will run (see
+    ``program``); a rule reading an input table outside it is left out, as it cannot fire. None
+    loads every rule. ``admit`` adds the rules a later proof's tables need."""
+
+    def __init__(self, rule_files: Iterable[str] | None = None, present: Iterable[str] | None = None) -> None:
         self.eg = bindings.EGraph()
         self._tmp = tempfile.TemporaryDirectory(prefix="shardproof-egg-")
         self._files = itertools.count()
         # Parsed once: size() runs between every chunk of iterations.
         self._print_size = self.eg.parse_program("(print-size)")
-        # A crash here is a broken rule file (exit 4, phase "rules"), named by file and line.
+        self._program = program(laws.rule_files() if rule_files is None else tuple(rule_files))
+        self.present: frozenset[str] | None = None if present is None else frozenset(present)
+        self._left: list[Form] = []  # rules left out, in load order
+        self._waiting: frozenset[str] = frozenset()  # input tables some left-out rule reads
         try:
-            with phase("rules", "rules/") as p:
-                for name in rule_files:
-                    p.at(f"rules/{name}")
-                    text = rule_text(name)
-                    for at, form in _forms(text):
-                        try:
-                            self.command(form)
-                        except BaseException:
-                            p.where = f"rules/{name}:{text.count(chr(10), 0, at) + 1}"
-                            raise
+            self._load(self._program.forms, self.present)
         except BaseException:
             self.close()
             raise
+
+    def _load(self, forms: Iterable[Form], present: frozenset[str] | None) -> None:
+        # A crash here is a broken rule file (exit 4, phase "rules"), named by file and line.
+        left: list[Form] = []
+        with phase("rules", "rules/") as p:
+            for form in forms:
+                if present is not None and not form.needs <= present:
+                    left.append(form)
+                    continue
+                p.at(f"rules/{form.file}")
+                try:
+                    self.command(form.text)
+                except BaseException:
+                    p.where = f"rules/{form.file}:{form.line}"
+                    raise
+        self._left = left
+        self._waiting = frozenset(t for f in left for t in f.needs)
+
+    def missing(self, present: frozenset[str] | None) -> bool:
+        """Whether a proof whose input tables with rows are ``present`` (None: any) needs a rule
+        this e-graph left out."""
+        if present is None:
+            return bool(self._left)
+        return any(f.needs <= present for f in self._left)
+
+    def admit(self, present: frozenset[str] | None) -> None:
+        """Load the left-out rules a proof with input tables ``present`` (None: any) can fire.
+        Outside a push only. Loaded after rules files they came before, a rule may clash with a
+        later file's declaration (egglog forbids a variable named like a relation): the caller
+        then builds a new Session."""
+        before = self._left
+        self._load([f for f in before if present is None or f.needs <= present], None)
+        self._left = [f for f in before if not (present is None or f.needs <= present)]
+        self._waiting = frozenset(t for f in self._left for t in f.needs)
+        self.present = None if present is None or self.present is None else self.present | present
 
     def close(self) -> None:
         """Free the e-graph now, in this thread: egglog's EGraph must not be dropped by another
@@ -149,6 +276,10 @@ class Session:
         rows = list(rows)
         if not rows:
             return 0
+        if table in self._waiting and self.present is not None and table not in self.present:
+            # Rules reading it were left out as unable to fire: loading it now would silently
+            # lose their facts. A caller's bug: declare the table in ``present``.
+            raise RuntimeError(f"rows for table {table!r} loaded into an e-graph whose rules reading it were left out (fresh_session present=)")
         data = "".join("\t".join(_cell(v) for v in row) + "\n" for row in rows).encode("utf-8")
         if _IN_MEMORY:
             # The rows in an anonymous in-memory file, read by egglog through /proc: a file
@@ -233,30 +364,49 @@ _LOCAL = threading.local()
 
 
 @contextmanager
-def fresh_session(rule_files: tuple[str, ...] = RULE_FILES) -> Iterator[Session]:
+def fresh_session(rule_files: tuple[str, ...] | None = None, present: Iterable[str] | None = None) -> Iterator[Session]:
     """A Session holding the rules and nothing else, for one proof.
 
-    Loading the rules (type-checking and compiling ~2000 forms) costs ~60 ms, more than many a
+    Loading the rules (type-checking and compiling ~750 rules) costs ~0.3 s, more than many a
     layer's proof. So each thread keeps one Session with the rules loaded (egglog's e-graph
     cannot cross threads) and each proof runs between ``(push)`` and ``(pop)``: egglog's push
     saves a clone of the whole e-graph, and pop puts that clone back, so no row, union or
     fact of one proof is left for the next. The popped e-graph is checked empty again (its row
     count, as after loading the rules; ~0.1 ms) or it is thrown away; a proof that raised, or
-    a nested use, gets a Session of its own."""
-    cache: dict[tuple[str, ...], tuple[Session, int]] = _LOCAL.__dict__.setdefault("sessions", {})
-    busy: set[tuple[str, ...]] = _LOCAL.__dict__.setdefault("busy", set())
-    if rule_files in busy:
-        session = Session(rule_files)
+    a nested use, gets a Session of its own.
+
+    ``present``: the input tables (``program``) the proof fills, its graph's tables with rows
+    and the relations of its seeds; rules reading any other input table are not loaded (they
+    cannot fire). None: every rule. The thread's Session grows by the rules each proof needs.
+    ``rule_files`` None: the registered families' (engine/analysis/laws, read at each call)."""
+    files = laws.rule_files() if rule_files is None else rule_files
+    want = None if present is None else frozenset(present) & program(files).inputs
+    key = (files, laws.declared_only())
+    cache: dict[tuple[tuple[str, ...], frozenset[str]], tuple[Session, int]] = _LOCAL.__dict__.setdefault("sessions", {})
+    busy: set[tuple[tuple[str, ...], frozenset[str]]] = _LOCAL.__dict__.setdefault("busy", set())
+    if key in busy:
+        session = Session(files, want)
         try:
             yield session
         finally:
             session.close()
         return
-    if rule_files not in cache:
-        session = Session(rule_files)
-        cache[rule_files] = (session, session.size())
-    session, pristine = cache[rule_files]
-    busy.add(rule_files)
+    if key in cache and cache[key][0].missing(want):
+        old = cache.pop(key)[0]
+        try:
+            old.admit(want)
+            cache[key] = (old, old.size())
+        except Exception:
+            # A rule clashing with a later file's declaration: load the files anew, in order,
+            # with the rules of every proof so far.
+            grown = None if want is None or old.present is None else old.present | want
+            old.close()
+            want = grown
+    if key not in cache:
+        session = Session(files, want)
+        cache[key] = (session, session.size())
+    session, pristine = cache[key]
+    busy.add(key)
     clean = False
     try:
         session.command("(push)")
@@ -264,9 +414,9 @@ def fresh_session(rule_files: tuple[str, ...] = RULE_FILES) -> Iterator[Session]
         session.command("(pop)")
         clean = session.size() == pristine
     finally:
-        busy.discard(rule_files)
+        busy.discard(key)
         if not clean:
-            del cache[rule_files]
+            del cache[key]
             session.close()
 
 

@@ -21,7 +21,7 @@ from ..hlo.literals import ASSUMED_EQUAL, INT_BITS
 from ..hlo.parser import literal_is_elided
 from ..ir import Computation, Instruction, Module
 from ..relations import RelationSpec
-from .laws import FAMILIES, InstructionHook
+from .laws import FAMILIES, InstructionHook, all_tables
 from .laws.argreduce import arg_reducer
 from .laws.core import custom_call_problem
 from .ops import (
@@ -116,9 +116,8 @@ def build(spec: RelationSpec, baseline: Module, distributed: Module, rank_params
     rows: dict[str, list[tuple[object, ...]]] = {k: [] for k in ROW_TABLES}
     rows["groupsize"] = [(spec.c,)]
     families = FAMILIES if with_rows else []
-    for fam in families:
-        for t in fam.tables:
-            rows.setdefault(t, [])
+    for t in all_tables() if with_rows else ():  # a left-out family's too: other hooks may fill them
+        rows.setdefault(t, [])
     per_opcode: dict[str, list[InstructionHook]] = {}
     every_opcode = [f.instruction_rows for f in families if f.instruction_rows is not None and f.opcodes is None]
     visits = [v for f in families if f.walk is not None and (v := f.walk(rows, g)) is not None]

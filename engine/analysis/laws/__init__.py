@@ -38,7 +38,7 @@ engine/analysis/laws/modgroup.py, its line here, its generator in tests/laws/fam
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -178,5 +178,43 @@ def tables() -> tuple[str, ...]:
     return tuple(t for f in FAMILIES for t in f.tables)
 
 
+# Families left out (``leave_out``), by name, with the registry as it was before: their rules
+# files keep their place in the load order.
+_LEFT_OUT: dict[str, Family] = {}
+_ORDER: list[Family] = []
+
+
+def leave_out(names: Iterable[str]) -> None:
+    """Unregister families (bench/scale.py ``--without``: what they cost; tests): no hooks, no
+    rules. Their rules files' declarations still load, in their place, so the other families'
+    rules that name their relations load too and every reader of their tables finds them empty.
+    Leaving a law out can only lose proofs. ``leave_out(())`` registers them all again."""
+    names = set(names)
+    known = {f.name for f in FAMILIES} | set(_LEFT_OUT)
+    if names - known:
+        raise ValueError(f"no law family {sorted(names - known)} (registered: {', '.join(sorted(known))})")
+    if not _ORDER:
+        _ORDER[:] = FAMILIES
+    order = _ORDER + [f for f in FAMILIES if f not in _ORDER]  # registered after the first call
+    FAMILIES[:] = [f for f in order if f.name not in names]
+    _LEFT_OUT.clear()
+    _LEFT_OUT.update((f.name, f) for f in order if f.name in names)
+    if not names:
+        _ORDER.clear()
+
+
 def rule_files() -> tuple[str, ...]:
-    return tuple(f.rules for f in FAMILIES)
+    """Every rules file to load, in registry order, a left-out family's too (``declared_only``)."""
+    if not _LEFT_OUT:
+        return tuple(f.rules for f in FAMILIES)
+    return tuple(f.rules for f in _ORDER + [f for f in FAMILIES if f not in _ORDER] if f in FAMILIES or f.name in _LEFT_OUT)
+
+
+def all_tables() -> tuple[str, ...]:
+    """The tables of every family, left out or not: hooks may fill another family's tables."""
+    return tables() + tuple(t for f in _LEFT_OUT.values() for t in f.tables)
+
+
+def declared_only() -> frozenset[str]:
+    """The rules files of left-out families: their declarations load, none of their rules."""
+    return frozenset(f.rules for f in _LEFT_OUT.values())

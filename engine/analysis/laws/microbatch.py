@@ -27,6 +27,7 @@ For every baseline signature and every block count n that a distributed literal 
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from ..ops import BINARY_POINTWISE, UNARY_POINTWISE
@@ -174,8 +175,8 @@ def _reshape_rows(rows: Rows, sig: Sig, src: tuple[int, ...], out: tuple[int, ..
         si = scale(src, d, n)
         if not si:
             continue
-        for o in range(1, size + 1):
-            if size % o or (size // o) % n:
+        for o in _divisors(size):  # not range(1, size + 1): dims of 10^4-10^5 (a 405B layer)
+            if (size // o) % n:
                 continue
             big = (size // o) * _trailing(src, d)
             for f, osize in enumerate(out):
@@ -188,6 +189,12 @@ def _reshape_rows(rows: Rows, sig: Sig, src: tuple[int, ...], out: tuple[int, ..
                 so = scale(out, f, n)
                 if so:
                     rows["mbrs"].append((sig.key(), d, o, n, f, osize // i2, sig.with_dims([si], so).key()))
+
+
+def _divisors(x: int) -> list[int]:
+    """The divisors of x >= 1, increasing."""
+    small = [o for o in range(1, math.isqrt(x) + 1) if x % o == 0]
+    return small + [x // o for o in reversed(small) if o * o != x]
 
 
 def _scale2(dims: tuple[int, ...], d: int, n: int, f: int, c: int) -> tuple[int, ...] | None:
