@@ -136,8 +136,10 @@ def test_witness_gives_each_rank_its_piece_of_every_padded_block() -> None:
 def test_torchdist_padded_fused_qkv_verifies_and_the_whole_weight_padding_diverges_at_its_line(tmp_path: Any) -> None:
     """examples/torchdist/padded_qkv.py through the front end: the plan's ``padded`` with
     ``blocks`` writes the relation; the correct layouts (with and without a fused bias) are
-    verified; padding the whole fused weight once (the plan without blocks) diverges at the
-    rank's tensor_split with a confirmed witness."""
+    verified, and so is a bias whose padded heads repeat the last one (non-zero) meeting the
+    zero-padded output projection; padding the whole fused weight once (the plan without blocks)
+    diverges at the rank's tensor_split, and repeating the last head in the output projection
+    too (the padded heads leak) at the output projection, each with a confirmed witness."""
     import importlib.util
     from pathlib import Path
 
@@ -148,18 +150,19 @@ def test_torchdist_padded_fused_qkv_verifies_and_the_whole_weight_padding_diverg
     from shardproof.engine.frontend.runner import run_models
 
     root = Path(__file__).parents[1]
-    names = ["padded_fused_qkv_tp4", "padded_fused_qkv_bias_tp4", "bug_padded_qkv_whole_pad"]
+    names = ["padded_fused_qkv_tp4", "padded_fused_qkv_bias_tp4", "padded_fused_qkv_bias_repeat_tp4", "bug_padded_qkv_whole_pad", "bug_padded_qkv_head_leak"]
     rows = {m["name"]: m for m in run_models(root / "examples" / "torchdist" / ".shardproof.yml", tmp_path, names)["models"]}
-    for name in names[:2]:
+    for name in names[:3]:
         assert rows[name]["status"] == "verified", (rows[name]["build"]["error"], rows[name].get("result", {}).get("reason"))
     relations = (tmp_path / "padded_fused_qkv_bias_tp4" / "relations.yaml").read_text()
     assert "relation: padded, dim: 0, blocks: [24, 24, 24], width: [8, 8, 8]}  # Wqkv.weight: f32[72,16] -> f32[24,16]" in relations
     assert "Wqkv.bias: f32[72] -> f32[24]" in relations
-    bug = rows["bug_padded_qkv_whole_pad"]
-    assert bug["status"] == "diverged" and bug["result"]["witness"]["status"] == "confirmed"
-    site = bug_sites([root / "examples" / "torchdist" / "padded_qkv.py"], root)["whole_pad"]
-    src = bug["result"]["divergences"][0]["source"]
-    assert (src["file"], src["line"]) == site
+    sites = bug_sites([root / "examples" / "torchdist" / "padded_qkv.py"], root)
+    for variant in ("whole_pad", "head_leak"):
+        bug = rows[f"bug_padded_qkv_{variant}"]
+        assert bug["status"] == "diverged" and bug["result"]["witness"]["status"] == "confirmed"
+        src = bug["result"]["divergences"][0]["source"]
+        assert (src["file"], src["line"]) == sites[variant]
 
 
 def _fused_mlp(f: int, c: int, w: int, dist: bool, cut_up_at: int | None = None) -> str:
