@@ -112,6 +112,10 @@ def test_padded_blocks_relation_errors_name_the_key() -> None:
             {**rel, "inputs": [{**rel["inputs"][0], "blocks": [4, 4]}, *rel["inputs"][1:]]},
             "relations.yaml",
         )
+    # One block is the plain padded layout (the pair of 4 heads over 4 ranks, one each).
+    b1, d1, r1 = pair(n=4, c=4)
+    one = {**r1["inputs"][2], "blocks": [8], "width": [2]}
+    assert _verdict(b1, d1, {**r1, "inputs": [*r1["inputs"][:2], one]}) == "verified"
     # One width for every block is the same relation.
     same = parse_relations(bad(width=4), "relations.yaml").inputs[1].relation
     assert same == parse_relations(rel, "relations.yaml").inputs[1].relation

@@ -250,8 +250,9 @@ def _binding_seeds(b: Binding, bg: int | str, dg: int | str) -> list[str]:
         seeds.append(f'(partial (N {bg}) (N {dg}) "{rel.op}")')
     elif rel.kind == "padded":
         # rules/padded.egg: zero-padded (z = 1), rank r holds [r·width, r·width + width).
-        if rel.blocks:
-            # Each block padded on its own (a fused weight): rules/padded.egg padb, spec "n:w,...".
+        if len(rel.blocks) > 1:
+            # Each block padded on its own (a fused weight): rules/padded.egg padb, spec "n:w,...";
+            # one block is the plain layout.
             seeds.append(f'(padb (N {bg}) (N {dg}) {rel.dim} {rel.width} 1 "{rel.padded_spec()}")')
         else:
             seeds.append(f"(pad (N {bg}) (N {dg}) {rel.dim} {rel.width} 1)")

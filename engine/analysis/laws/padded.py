@@ -116,7 +116,7 @@ def _padded_inputs(spec: RelationSpec, baseline: Module) -> tuple[list[tuple[int
             p = params.get(b.baseline if isinstance(b.baseline, int) else b.baseline.lstrip("%"))
             if p is not None and r.dim is not None and r.dim < len(p.shape.dims):
                 out.append((p.shape.dims[r.dim], r.width))
-                if r.blocks:
+                if len(r.blocks) > 1:
                     specs.append(tuple(zip(r.blocks, r.widths, strict=True)))
                     out.extend(zip(r.blocks, r.widths, strict=True))
     return out, specs
