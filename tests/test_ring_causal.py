@@ -33,12 +33,13 @@ def test_jax_causal_ring_attention_verified_and_its_bugs_at_their_lines(tmp_path
     pytest.importorskip("jax")
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
     out = tmp_path / "report"
-    models = "jax_ring_attention_causal,jax_ring_attention_causal_finfo,jax_ring_attention_causal_gt,jax_ring_attention_causal_offset"
+    models = ("jax_ring_attention_causal,jax_ring_attention_causal_finfo,jax_ring_attention_causal_bias,"
+              "jax_ring_attention_causal_gt,jax_ring_attention_causal_offset")
     p = subprocess.run([str(CLI), "run", "--config", str(ROOT / "examples/jax/.shardproof.yml"), "--models", models, "--out", str(out)],
                        env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     rows = {r["name"]: r for r in json.loads((out / "result.json").read_text())["models"]}
-    for name in ("jax_ring_attention_causal", "jax_ring_attention_causal_finfo"):
+    for name in ("jax_ring_attention_causal", "jax_ring_attention_causal_finfo", "jax_ring_attention_causal_bias"):
         assert rows[name]["status"] == "verified", rows[name]
         trace = json.dumps(rows[name]["result"].get("trace"))
         assert "rankint/per-rank-2d-block" in trace  # each step's mask: a 2-D block of the baseline's
@@ -76,6 +77,28 @@ def test_ring_started_off_the_diagonal_is_never_verified() -> None:
     q = _draw("fill -1e+09", "4 steps", "defect sendfirst", "[[0, 1, 2, 3]]")
     jq = judge(q)
     assert jq.equal is True and jq.verdict == "verified", (jq.verdict, jq.detail)
+
+
+@pytest.mark.parametrize("fill", ["bf16(lowest)", "2*lowest"])
+def test_a_fill_computed_to_minus_inf_is_no_finite_fill(fill: str) -> None:
+    # f32's lowest rounded to bf16 and back, or doubled, is -inf on every input: the scores are
+    # not finite (ringmask.py bounds literal-only arithmetic exactly), so a ring starting off the
+    # diagonal (NaN on rank 0) is not verified; the correct ring still is, by the mask blocks.
+    pytest.importorskip("jax")
+    bad = judge(_draw(f"fill {fill}", "defect sendfirst"))
+    assert bad.equal is False and bad.verdict != "verified", (bad.verdict, bad.detail)
+    ok = judge(_draw(f"fill {fill}", "defect none", "keep", "4 steps"))
+    assert ok.equal is True and ok.verdict == "verified", (ok.verdict, ok.detail)
+
+
+def test_mask_added_as_a_bias_verifies() -> None:
+    # scores + f32(keys after the query) * finfo.min (the ringattention package's form): the
+    # bias's blocks meet the scores' blocks pointwise; finite, so no liveness is needed.
+    pytest.importorskip("jax")
+    j = judge(_draw("bias", "fill -3.40282347e+38", "defect none", "4 steps"))
+    assert j.equal is True and j.verdict == "verified", (j.verdict, j.detail)
+    g = judge(_draw("bias", "fill -3.40282347e+38", "defect gt"))
+    assert g.equal is False and g.verdict != "verified", (g.verdict, g.detail)
 
 
 @pytest.mark.parametrize("defect", ["gt", "offset", "axis", "ahead"])

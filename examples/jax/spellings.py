@@ -16,8 +16,8 @@ common JAX code write it; a bug variant differs from the correct model only on t
   combine), experts tensor-parallel;
 - ``ring_attention``: ring attention (context parallelism): queries stay, key/value blocks pass to
   the next rank, an online softmax (running max, rescaled denominator and numerator) folds each;
-- ``ring_attention_causal`` / ``ring_attention_causal_finfo``: the same with a causal mask built
-  from ``lax.axis_index`` positions, masked scores -inf / ``finfo.min``.
+- ``ring_attention_causal`` / ``_finfo`` / ``_bias``: the same with a causal mask built from
+  ``lax.axis_index`` positions, masked scores -inf / ``finfo.min`` / the mask added as a bias.
 """
 
 from __future__ import annotations
@@ -285,7 +285,7 @@ def ring_attention_bf16_scores_upcast(ctx: JaxContext) -> JaxModel:
     return _ring_attention_bf16(ctx, "upcast")
 
 
-def _ring_attention_causal(ctx: JaxContext, fill: float) -> JaxModel:
+def _ring_attention_causal(ctx: JaxContext, fill: float, bias: bool = False) -> JaxModel:
     """Causal ring attention (context parallelism) in shard_map: rank r keeps query block r and at
     step k holds key/value block (r - k) mod c; the causal mask compares absolute positions built
     from ``lax.axis_index`` (queries r*b + iota, keys ((r - k) mod c)*b + iota), masked scores get
@@ -299,7 +299,10 @@ def _ring_attention_causal(ctx: JaxContext, fill: float) -> JaxModel:
     def attn(q: Any, k: Any, v: Any) -> Any:
         pos = jnp.arange(s)
         scores = jnp.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd)
-        scores = jnp.where(pos[:, None] >= pos[None, :], scores, fill)
+        if bias:  # ringattention's form: the float mask of the keys after the query, times fill
+            scores = scores + (pos[:, None] < pos[None, :]).astype(scores.dtype) * fill
+        else:
+            scores = jnp.where(pos[:, None] >= pos[None, :], scores, fill)
         return jnp.einsum("hqk,khd->qhd", jax.nn.softmax(scores, axis=-1), v)
 
     def per_device(q: Any, k: Any, v: Any) -> Any:
@@ -316,7 +319,7 @@ def _ring_attention_causal(ctx: JaxContext, fill: float) -> JaxModel:
                 k_pos = k_pos + b  # BUG-SITE: ring_causal_offset
             scores = jnp.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd)
             keep = (q_pos[:, None] > k_pos[None, :]) if bug == "ring_causal_gt" else (q_pos[:, None] >= k_pos[None, :])  # BUG-SITE: ring_causal_gt
-            scores = jnp.where(keep, scores, fill)
+            scores = (scores + (~keep).astype(scores.dtype) * fill) if bias else jnp.where(keep, scores, fill)
             bmax = scores.max(axis=-1, keepdims=True)
             if m is None:
                 m = bmax
@@ -345,6 +348,12 @@ def ring_attention_causal(ctx: JaxContext) -> JaxModel:
 def ring_attention_causal_finfo(ctx: JaxContext) -> JaxModel:
     """Causal ring attention, masked scores ``jnp.finfo(dtype).min`` (flax's big negative)."""
     return _ring_attention_causal(ctx, float(jnp.finfo(jnp.float32).min))
+
+
+def ring_attention_causal_bias(ctx: JaxContext) -> JaxModel:
+    """Causal ring attention with the mask added as a bias: ``scores + mask * finfo.min`` (the
+    float mask of the keys after the query, as the ringattention package writes it)."""
+    return _ring_attention_causal(ctx, float(jnp.finfo(jnp.float32).min), bias=True)
 
 
 def ring_attention_bf16_max(ctx: JaxContext) -> JaxModel:

@@ -2589,7 +2589,8 @@ def ringmask(rng: random.Random) -> Program:
     Python's % with its sign fix-up; the position type s32, s64, u32 or s8), then folds an
     online softmax (running max, rescaled denominator and numerator). The select keeps the
     scores where the mask holds (or takes the fill where its complement LT holds). Drawn: those
-    spellings, the groups, and the defects: a strict compare (GT) on the ranks, the key
+    spellings, the mask added as a bias (scores + f32(keys after the query) * fill, as the
+    ringattention package writes it), the groups, and the defects: a strict compare (GT) on the ranks, the key
     positions offset by one block, the mask on the wrong axis (k >= q), the key block of step
     j + 1 used at step j (the mask one step ahead of the keys), a permute before the first step
     (a ring starting at block r - 1: NaN on rank 0 with a -inf fill, equal with a finite one),
@@ -2600,9 +2601,13 @@ def ringmask(rng: random.Random) -> Program:
     b, d = 2, 2
     s = c * b
     pt = rng.choice(["s32", "s32", "s64", "u32", "s8"])
-    fill = rng.choice(["-inf", "-inf", "-1e+09", "-3.40282347e+38", "-0.5"])
+    # The fill as a literal, or computed from literals: f32's lowest rounded to bf16 and back, or
+    # doubled, is -inf on every input (never finite, whatever the spelling).
+    fill = rng.choice(["-inf", "-inf", "-1e+09", "-3.40282347e+38", "-0.5", "bf16(lowest)", "2*lowest"])
     spell = rng.choice(["GE", "LE"])  # GE(q, k) or LE(k, q)
-    keep_then = rng.random() < 0.7  # select(m, x, fill); else select(not-m, fill, x)
+    # select(m, x, fill); select(not-m, fill, x); or the mask added as a bias, x + f32(not-m) * fill
+    form = rng.choice(["keep", "keep", "complement", "bias"])
+    keep_then = form == "keep"
     base_2d = rng.random() < 0.5
     modform = rng.choice(["rem", "pymod"])
     defect = rng.choice(["none"] * 6 + ["gt", "offset", "axis", "ahead", "sendfirst", "fill", "short"])
@@ -2617,9 +2622,19 @@ def ringmask(rng: random.Random) -> Program:
             dirn, x, y = ("LE" if strict else "LT", a, bb) if spell == "GE" else ("GE" if strict else "GT", bb, a)
         return [f"  %{pre}m = pred[{shape}] compare({pt}[{shape}] {x}, {pt}[{shape}] {y}), direction={dirn}"]
 
-    def select_line(pre: str, m: str, x: str, f: str, shape: str) -> str:
+    def fill_lines(pre: str, val: str) -> list[str]:  # the scalar %{pre}f
+        if val == "bf16(lowest)":
+            return [f"  %{pre}f0 = {t}[] constant(-3.40282347e+38)", f"  %{pre}f1 = bf16[] convert({t}[] %{pre}f0)", f"  %{pre}f = {t}[] convert(bf16[] %{pre}f1)"]
+        if val == "2*lowest":
+            return [f"  %{pre}f0 = {t}[] constant(-3.40282347e+38)", f"  %{pre}f2 = {t}[] constant(2)", f"  %{pre}f = {t}[] multiply({t}[] %{pre}f0, {t}[] %{pre}f2)"]
+        return [f"  %{pre}f = {t}[] constant({val})"]
+
+    def select_line(pre: str, m: str, x: str, f: str, shape: str) -> list[str]:
+        if form == "bias":
+            return [f"  %{pre}cv = {t}[{shape}] convert(pred[{shape}] {m})", f"  %{pre}bi = {t}[{shape}] multiply({t}[{shape}] %{pre}cv, {t}[{shape}] {f})",
+                    f"  %{pre}x = {t}[{shape}] add({t}[{shape}] {x}, {t}[{shape}] %{pre}bi)"]
         ops = (x, f) if keep_then else (f, x)
-        return f"  %{pre}x = {t}[{shape}] select(pred[{shape}] {m}, {t}[{shape}] {ops[0]}, {t}[{shape}] {ops[1]})"
+        return [f"  %{pre}x = {t}[{shape}] select(pred[{shape}] {m}, {t}[{shape}] {ops[0]}, {t}[{shape}] {ops[1]})"]
 
     ss = f"{s},{s}"
     base = [f"  %q = {t}[{s},{d}] parameter(0)", f"  %k = {t}[{s},{d}] parameter(1)", f"  %v = {t}[{s},{d}] parameter(2)",
@@ -2630,7 +2645,7 @@ def ringmask(rng: random.Random) -> Program:
         base += [f"  %i1 = {pt}[{s}] iota(), iota_dimension=0", f"  %iq = {pt}[{ss}] broadcast({pt}[{s}] %i1), dimensions={{0}}",
                  f"  %ik = {pt}[{ss}] broadcast({pt}[{s}] %i1), dimensions={{1}}"]
     base += mask_lines("", "%iq", "%ik", ss)
-    base += [f"  %f = {t}[] constant({fill})", f"  %fb = {t}[{ss}] broadcast({t}[] %f), dimensions={{}}", select_line("", "%m", "%sc", "%fb", ss),
+    base += [*fill_lines("", fill), f"  %fb = {t}[{ss}] broadcast({t}[] %f), dimensions={{}}", *select_line("", "%m", "%sc", "%fb", ss),
              f"  %lo = {t}[] constant({lo})", f"  %zero = {t}[] constant(0)",
              f"  %mx = {t}[{s}] reduce({t}[{ss}] %x, {t}[] %lo), dimensions={{1}}, to_apply=%mx",
              f"  %mb = {t}[{ss}] broadcast({t}[{s}] %mx), dimensions={{0}}", f"  %sub = {t}[{ss}] subtract({t}[{ss}] %x, {t}[{ss}] %mb)",
@@ -2673,8 +2688,8 @@ def ringmask(rng: random.Random) -> Program:
         dist += mask_lines(p, "%qp", kp, bs, strict=defect == "gt", swap_axis=defect == "axis")
         fv = "0.25" if defect == "fill" and j == steps - 1 else fill
         dist += [f"  %{p}sc = {t}[{bs}] dot({t}[{b},{d}] %q, {t}[{b},{d}] {kv}), lhs_contracting_dims={{1}}, rhs_contracting_dims={{1}}",
-                 f"  %{p}f = {t}[] constant({fv})", f"  %{p}fb = {t}[{bs}] broadcast({t}[] %{p}f), dimensions={{}}",
-                 select_line(p, f"%{p}m", f"%{p}sc", f"%{p}fb", bs),
+                 *fill_lines(p, fv), f"  %{p}fb = {t}[{bs}] broadcast({t}[] %{p}f), dimensions={{}}",
+                 *select_line(p, f"%{p}m", f"%{p}sc", f"%{p}fb", bs),
                  f"  %{p}bm = {t}[{b}] reduce({t}[{bs}] %{p}x, {t}[] %lo), dimensions={{1}}, to_apply=%mx"]
         if not m:
             mn = f"%{p}bm"
@@ -2702,9 +2717,9 @@ def ringmask(rng: random.Random) -> Program:
     rel = {"groups": groups, "inputs": [{"distributed": 0, "relation": "rank"}] + [
         {"baseline": i, "distributed": i + 1, "relation": "sharded", "dim": 0} for i in range(3)],
            "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 0}]}
-    form = (f"{pt} mask {spell} {'keep' if keep_then else 'complement'}, fill {fill}, {'2-D' if base_2d else '1-D'} iotas, "
+    desc = (f"{pt} mask {spell} {form}, fill {fill}, {'2-D' if base_2d else '1-D'} iotas, "
             f"block index {modform}, {steps} steps, defect {defect} (groups {groups})")
-    return Program("ringmask", form, base_text, dist_text, rel)
+    return Program("ringmask", desc, base_text, dist_text, rel)
 
 
 FAMILIES["ringmask"] = ringmask

@@ -11,20 +11,26 @@ not a finite number on every input, which the model's exclusion of overflowing i
 cover (it would exclude every input):
 
 - a float constant with an infinite or NaN element, or with an elided literal (unknown);
-- a float value computed from literals only by anything but moving values (broadcast, reshape,
-  transpose, copy, slice, concatenate) or a convert that cannot overflow (to a type whose range
-  holds the source's: an int to f32/bf16/f64, f16 to wider): log(0), 1/0, a product of huge
-  literals or finfo(f32).min rounded to bf16 are infinite whatever the input;
-- an f16 or fp8 iota (its positions may exceed the type's range);
+- a float value computed from literals only whose magnitude is not bounded within its type:
+  bounds are followed through moves (broadcast, reshape, transpose, slice, concatenate),
+  converts, negate/abs, max/min, select, add/subtract and multiply (in real arithmetic, each
+  bound checked against the type's largest finite value: finfo(f32).min rounded to bf16, a
+  product of huge literals, an s32 iota converted to f16 are not finite); anything else on
+  literals only (log(0), 1/0, exp) has no bound;
 - any value with such an operand (-inf + x, select(m, x, -inf), max(x, -inf) ...).
 
 Everything else (parameters, and values computed from at least one parameter) is finite under
 the model. The rows are facts about baseline values only; they claim no relation.
+
+``bcast2x2(k, da, ea, db, eb, kp)``  baseline broadcast k maps its operand's dims da and db to
+             its dims ea and eb (both c-divisible); kp is its per-rank signature with those dims
+             c times smaller (a [q, k] bias block broadcast over the heads).
 """
 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from ...hlo.literals import FLOAT_MAX, INT_BITS, LiteralError, read_scalar
@@ -33,36 +39,61 @@ from ...hlo.parser import literal_is_elided
 if TYPE_CHECKING:
     from ...ir import Instruction
     from ..graph import Graphs
+    from ..signature import Sig
 
-TABLES = ("rfin",)
+TABLES = ("rfin", "bcast2x2")
 FLOATS = frozenset(FLOAT_MAX) | {"f8e4m3fn", "f8e5m2", "f8e4m3", "f8e4m3fnuz", "f8e5m2fnuz", "f8e4m3b11fnuz", "f8e3m4"}
 MOVES = frozenset({"broadcast", "reshape", "transpose", "copy", "slice", "concatenate", "bitcast"})
 
 
-def _finite_literal(ins: Instruction) -> bool:
+def _bound(ins: Instruction, bs: list[Fraction | None]) -> Fraction | None:
+    """An upper bound on |x| for every element x of a literal-only value, in real arithmetic (a
+    rounded result stays within a bound that its type holds: rounding is monotone and the
+    type's largest finite value is representable); None when there is none (a non-finite or
+    elided literal, division, exp, log ...). Ints and preds are bounded by their type. Bounds
+    are exact rationals (no rounding of the bound itself)."""
+    dt, op = ins.shape.dtype, ins.opcode
+    if dt == "pred":
+        return Fraction(1)
+    if dt in INT_BITS:
+        return Fraction(2 ** INT_BITS[dt])
+    if dt not in FLOAT_MAX:
+        return None  # fp8 and other float types: not followed
+    if op == "constant":
+        return _literal_bound(ins)
+    if op == "iota":
+        d = ins.parsed.get("iota_dimension")
+        return Fraction(ins.shape.dims[d]) if isinstance(d, int) and 0 <= d < len(ins.shape.dims) else None
+    if any(b is None for b in bs):
+        return None
+    vals = [b for b in bs if b is not None]
+    if op in MOVES or (op in ("convert", "negate", "abs", "copy") and len(vals) == 1):
+        return max(vals, default=Fraction(0))
+    if op in ("maximum", "minimum") and len(vals) == 2:
+        return max(vals)
+    if op == "select" and len(vals) == 3:
+        return max(vals[1:])
+    if op in ("add", "subtract") and len(vals) == 2:
+        return vals[0] + vals[1]
+    if op == "multiply" and len(vals) == 2:
+        return vals[0] * vals[1]
+    return None
+
+
+def _literal_bound(ins: Instruction) -> Fraction | None:
     text = ins.literal or ""
     if literal_is_elided(text):
-        return False
-    dt = ins.shape.dtype
-    if dt not in FLOAT_MAX:
-        return False  # fp8 and other float types are not read here: unknown
+        return None
+    out = Fraction(0)
     for t in text.replace("{", " ").replace("}", " ").replace(",", " ").split():
         try:
-            v = read_scalar(dt, t)
+            v = read_scalar(ins.shape.dtype, t)
         except LiteralError:
-            return False
+            return None
         if not isinstance(v, float) or not math.isfinite(v):
-            return False
-    return True
-
-
-def _convert_holds(src: str, dst: str) -> bool:
-    """Every finite value of ``src`` converts to a finite value of ``dst``."""
-    if dst not in FLOAT_MAX:
-        return False
-    if src in INT_BITS or src == "pred":
-        return (2 ** INT_BITS.get(src, 1)) < FLOAT_MAX[dst]
-    return src in FLOAT_MAX and FLOAT_MAX[src] <= FLOAT_MAX[dst]
+            return None
+        out = max(out, Fraction(abs(v)))
+    return out
 
 
 def graph_rows(rows: dict[str, list[tuple[object, ...]]], g: Graphs) -> None:
@@ -70,6 +101,8 @@ def graph_rows(rows: dict[str, list[tuple[object, ...]]], g: Graphs) -> None:
         return  # no ring: rot, and so pexp, never arises
     wanted: set[int] = set()
     for n in g.nodes:
+        if n.side == "baseline" and n.ins.opcode == "broadcast" and n.sig is not None and len(n.operands) == 1:
+            _bcast_rows(rows, n.sig, [int(v) for v in n.ins.parsed.get("dimensions", [])], g.spec.c)
         if n.side != "baseline" or n.ins.shape.dtype not in FLOATS:
             continue
         if n.ins.opcode == "reduce" and n.operands:
@@ -78,34 +111,42 @@ def graph_rows(rows: dict[str, list[tuple[object, ...]]], g: Graphs) -> None:
             wanted.update(n.operands[1:])
     if not wanted:
         return
-    literal: dict[int, bool] = {}  # computed from literals only
+    # Literal-only values get a bound on their magnitude (None: no bound, maybe not finite);
+    # every other value is finite under the model unless an operand may not be.
+    bound: dict[int, Fraction | None] = {}
     tainted: dict[int, bool] = {}
     for n in g.nodes:  # operands precede their users
         if n.side != "baseline":
             continue
-        ins, dt = n.ins, n.ins.shape.dtype
+        ins = n.ins
         if ins.opcode == "parameter":
-            literal[n.gid], tainted[n.gid] = False, False
+            tainted[n.gid] = False
             continue
-        if ins.opcode == "constant":
-            literal[n.gid] = True
-            tainted[n.gid] = dt in FLOATS and not _finite_literal(ins)
+        if any(o not in tainted for o in n.operands):
+            tainted[n.gid] = True  # an operand not seen yet: unknown
             continue
-        if ins.opcode == "iota":
-            literal[n.gid], tainted[n.gid] = True, dt in FLOATS and dt not in ("f32", "f64", "bf16")
-            continue
-        ops = n.operands
-        if any(o not in tainted for o in ops):
-            literal[n.gid], tainted[n.gid] = False, True  # an operand not seen yet: unknown
-            continue
-        lit = all(literal[o] for o in ops)
-        bad = any(tainted[o] for o in ops)
-        if lit and dt in FLOATS and not bad:
-            if ins.opcode == "convert":
-                bad = not _convert_holds(g.nodes[ops[0]].ins.shape.dtype, dt)
-            else:
-                bad = ins.opcode not in MOVES
-        literal[n.gid], tainted[n.gid] = lit, bad
+        if ins.opcode in ("constant", "iota") or (n.operands and all(o in bound for o in n.operands)):
+            b = _bound(ins, [bound[o] for o in n.operands])
+            if ins.shape.dtype in FLOATS and b is not None and b > Fraction(FLOAT_MAX.get(ins.shape.dtype, 0.0)):
+                b = None  # it may round to an infinity: no bound from here on
+            bound[n.gid] = b
+            tainted[n.gid] = any(tainted[o] for o in n.operands) or (ins.shape.dtype in FLOATS and b is None)
+        else:
+            tainted[n.gid] = any(tainted[o] for o in n.operands)
     for gid in sorted(wanted):
         if tainted.get(gid) is False:
             rows["rfin"].append((gid,))
+
+
+def _bcast_rows(rows: dict[str, list[tuple[object, ...]]], sig: Sig, dims: list[int], c: int) -> None:
+    src, out = sig.ins[0][1], sig.out[1]
+    if len(dims) != len(src) or len(src) < 2:
+        return
+    for da in range(len(src)):
+        for db in range(len(src)):
+            ea, eb = dims[da], dims[db]
+            if da == db or src[da] % c or src[db] % c or src[da] != out[ea] or src[db] != out[eb]:
+                continue
+            small_src = tuple(n // c if i in (da, db) else n for i, n in enumerate(src))
+            small_out = tuple(n // c if i in (ea, eb) else n for i, n in enumerate(out))
+            rows["bcast2x2"].append((sig.key(), da, ea, db, eb, sig.with_dims([small_src], small_out).key()))
