@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -89,6 +90,19 @@ def test_a_fill_computed_to_minus_inf_is_no_finite_fill(fill: str) -> None:
     assert bad.equal is False and bad.verdict != "verified", (bad.verdict, bad.detail)
     ok = judge(_draw(f"fill {fill}", "defect none", "keep", "4 steps"))
     assert ok.equal is True and ok.verdict == "verified", (ok.verdict, ok.detail)
+
+
+def test_a_plus_inf_fill_is_not_a_masking_fill() -> None:
+    # select(m, s, +inf): a row's max over a masked block is +inf, not the max of its kept
+    # scores, so the liveness law does not apply (rlow: the fill is never +inf or NaN).
+    pytest.importorskip("jax")
+    p = _draw("fill -inf", "keep", "defect none", "4 steps", "[[0, 1, 2, 3]]")
+    ok = judge(p)
+    assert ok.verdict == "verified", (ok.verdict, ok.detail)
+    fill = re.compile(r"(%s?\d*f = f32\[\] constant\()-inf\)")
+    assert len(fill.findall(p.distributed)) == 4 and len(fill.findall(p.baseline)) == 1
+    plus = Program(p.family, p.form + ", fill +inf", fill.sub(r"\1inf)", p.baseline), fill.sub(r"\1inf)", p.distributed), p.relations)
+    assert judge(plus).verdict != "verified"
 
 
 def test_mask_added_as_a_bias_verifies() -> None:

@@ -18,9 +18,15 @@ cover (it would exclude every input):
   product of huge literals, an s32 iota converted to f16 are not finite); anything else on
   literals only (log(0), 1/0, exp) has no bound;
 - any value with such an operand (-inf + x, select(m, x, -inf), max(x, -inf) ...).
+- an input-dependent value whose literal parts add up past the type's largest value (x plus
+  finfo.min twice: -inf on every input of moderate size; ``_offset``).
 
 Everything else (parameters, and values computed from at least one parameter) is finite under
 the model. The rows are facts about baseline values only; they claim no relation.
+
+``rlow(b)``  baseline node b never holds +inf or NaN: finite (rfin), or a literal, only moved,
+             whose elements are finite or -inf (a causal mask's fill). Written for select
+             branches only.
 
 ``bcast2x2(k, da, ea, db, eb, kp)``  baseline broadcast k maps its operand's dims da and db to
              its dims ea and eb (both c-divisible); kp is its per-rank signature with those dims
@@ -41,7 +47,7 @@ if TYPE_CHECKING:
     from ..graph import Graphs
     from ..signature import Sig
 
-TABLES = ("rfin", "bcast2x2")
+TABLES = ("rfin", "rlow", "bcast2x2")
 FLOATS = frozenset(FLOAT_MAX) | {"f8e4m3fn", "f8e5m2", "f8e4m3", "f8e4m3fnuz", "f8e5m2fnuz", "f8e4m3b11fnuz", "f8e3m4"}
 MOVES = frozenset({"broadcast", "reshape", "transpose", "copy", "slice", "concatenate", "bitcast"})
 
@@ -80,6 +86,30 @@ def _bound(ins: Instruction, bs: list[Fraction | None]) -> Fraction | None:
     return None
 
 
+def _offset(ins: Instruction, ops: list[int], bound: dict[int, Fraction | None], offset: dict[int, Fraction]) -> Fraction:
+    """A bound on the magnitude of the literal parts of an input-dependent float value: the
+    parts add through add/subtract, scale through multiply (a literal factor, or two offset
+    values), and keep their largest through moves, converts, negate/abs, select's branches and
+    max/min/clamp; any other op starts afresh (0). Ints carry none (they wrap, never overflow
+    to an infinity)."""
+    if ins.shape.dtype not in FLOAT_MAX:
+        return Fraction(0)
+
+    def part(o: int) -> Fraction:
+        return (bound[o] or Fraction(0)) if o in bound else offset.get(o, Fraction(0))
+
+    op = ins.opcode
+    if op in ("add", "subtract") and len(ops) == 2:
+        return part(ops[0]) + part(ops[1])
+    if op == "multiply" and len(ops) == 2:
+        return part(ops[0]) * part(ops[1])
+    if op == "select" and len(ops) == 3:
+        return max(part(ops[1]), part(ops[2]))
+    if op in MOVES or op in ("convert", "negate", "abs", "maximum", "minimum", "clamp"):
+        return max((part(o) for o in ops), default=Fraction(0))
+    return Fraction(0)
+
+
 def _literal_bound(ins: Instruction) -> Fraction | None:
     text = ins.literal or ""
     if literal_is_elided(text):
@@ -114,6 +144,7 @@ def graph_rows(rows: dict[str, list[tuple[object, ...]]], g: Graphs) -> None:
     # Literal-only values get a bound on their magnitude (None: no bound, maybe not finite);
     # every other value is finite under the model unless an operand may not be.
     bound: dict[int, Fraction | None] = {}
+    offset: dict[int, Fraction] = {}  # input-dependent values: a bound on their literal parts (_offset)
     tainted: dict[int, bool] = {}
     for n in g.nodes:  # operands precede their users
         if n.side != "baseline":
@@ -132,10 +163,39 @@ def graph_rows(rows: dict[str, list[tuple[object, ...]]], g: Graphs) -> None:
             bound[n.gid] = b
             tainted[n.gid] = any(tainted[o] for o in n.operands) or (ins.shape.dtype in FLOATS and b is None)
         else:
-            tainted[n.gid] = any(tainted[o] for o in n.operands)
+            # The literal parts of an input-dependent value (a mask's finfo.min added as a bias)
+            # overflow on every input of moderate size once their magnitudes add up past the
+            # type's largest value (that bias added twice is -inf wherever both mask): such a
+            # value is not finite by construction either (tests/soundness_regressions/
+            # ring_bias_added_twice_overflows).
+            off = offset[n.gid] = _offset(ins, n.operands, bound, offset)
+            limit = FLOAT_MAX.get(ins.shape.dtype)
+            tainted[n.gid] = any(tainted[o] for o in n.operands) or (limit is not None and off > Fraction(limit))
     for gid in sorted(wanted):
         if tainted.get(gid) is False:
             rows["rfin"].append((gid,))
+            rows["rlow"].append((gid,))
+        elif _low(g, gid):
+            rows["rlow"].append((gid,))
+
+
+def _low(g: Graphs, gid: int) -> bool:
+    """A literal moved only (broadcast, reshape, ...) whose every element is finite or -inf: a
+    select's fill that can never be a row's max over a finite element, nor NaN."""
+    n = g.nodes[gid]
+    while n.ins.opcode in MOVES and len(n.operands) == 1:
+        n = g.nodes[n.operands[0]]
+    ins = n.ins
+    if ins.opcode != "constant" or ins.shape.dtype not in FLOAT_MAX or literal_is_elided(ins.literal or ""):
+        return False
+    for t in (ins.literal or "").replace("{", " ").replace("}", " ").replace(",", " ").split():
+        try:
+            v = read_scalar(ins.shape.dtype, t)
+        except LiteralError:
+            return False
+        if not isinstance(v, float) or math.isnan(v) or v == math.inf:
+            return False
+    return True
 
 
 def _bcast_rows(rows: dict[str, list[tuple[object, ...]]], sig: Sig, dims: list[int], c: int) -> None:
