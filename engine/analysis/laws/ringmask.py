@@ -24,6 +24,10 @@ cover (it would exclude every input):
 Everything else (parameters, and values computed from at least one parameter) is finite under
 the model. The rows are facts about baseline values only; they claim no relation.
 
+``rlow(b)``  baseline node b never holds +inf or NaN: finite (rfin), or a literal, only moved,
+             whose elements are finite or -inf (a causal mask's fill). Written for select
+             branches only.
+
 ``bcast2x2(k, da, ea, db, eb, kp)``  baseline broadcast k maps its operand's dims da and db to
              its dims ea and eb (both c-divisible); kp is its per-rank signature with those dims
              c times smaller (a [q, k] bias block broadcast over the heads).
@@ -43,7 +47,7 @@ if TYPE_CHECKING:
     from ..graph import Graphs
     from ..signature import Sig
 
-TABLES = ("rfin", "bcast2x2")
+TABLES = ("rfin", "rlow", "bcast2x2")
 FLOATS = frozenset(FLOAT_MAX) | {"f8e4m3fn", "f8e5m2", "f8e4m3", "f8e4m3fnuz", "f8e5m2fnuz", "f8e4m3b11fnuz", "f8e3m4"}
 MOVES = frozenset({"broadcast", "reshape", "transpose", "copy", "slice", "concatenate", "bitcast"})
 
@@ -170,6 +174,28 @@ def graph_rows(rows: dict[str, list[tuple[object, ...]]], g: Graphs) -> None:
     for gid in sorted(wanted):
         if tainted.get(gid) is False:
             rows["rfin"].append((gid,))
+            rows["rlow"].append((gid,))
+        elif _low(g, gid):
+            rows["rlow"].append((gid,))
+
+
+def _low(g: Graphs, gid: int) -> bool:
+    """A literal moved only (broadcast, reshape, ...) whose every element is finite or -inf: a
+    select's fill that can never be a row's max over a finite element, nor NaN."""
+    n = g.nodes[gid]
+    while n.ins.opcode in MOVES and len(n.operands) == 1:
+        n = g.nodes[n.operands[0]]
+    ins = n.ins
+    if ins.opcode != "constant" or ins.shape.dtype not in FLOAT_MAX or literal_is_elided(ins.literal or ""):
+        return False
+    for t in (ins.literal or "").replace("{", " ").replace("}", " ").replace(",", " ").split():
+        try:
+            v = read_scalar(ins.shape.dtype, t)
+        except LiteralError:
+            return False
+        if not isinstance(v, float) or math.isnan(v) or v == math.inf:
+            return False
+    return True
 
 
 def _bcast_rows(rows: dict[str, list[tuple[object, ...]]], sig: Sig, dims: list[int], c: int) -> None:
