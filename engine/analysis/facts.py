@@ -37,7 +37,7 @@ def _mask(m: object) -> str:
 
 
 def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
-    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "gpart", "inrange", "argpair", "argix", "extof", "gext", "gix", "athas", "argcand", "rot", "lrot", "rterm", "rsum", "scof", "pad", "padb", "rot2", "rred", "pexp", "osum", "fsdppiece", "xcol", "xpair", "xgp", "xpp", "xpd", "xlab", "mb", "mbevery", "mbp", "mbacc"])
+    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "clipin", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "gpart", "inrange", "argpair", "argix", "extof", "gext", "gix", "athas", "argcand", "rot", "lrot", "rterm", "rsum", "scof", "pad", "padb", "rot2", "rred", "pexp", "osum", "fsdppiece", "xcol", "xpair", "xgp", "xpp", "xpd", "xlab", "mb", "mbevery", "mbp", "mbacc"])
     cls_of_value: dict[object, int] = {}
     classes: dict[int, int] = {}
     members: dict[int, list[int]] = {}
@@ -218,7 +218,7 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
             # instruction: the rank's sum still counts as related, so a wrong step of the ring
             # is found at that step and not at the dots feeding it.
             add_dist_only(xp, text, "ring/online-softmax")
-    for name in ("shifted", "below0", "abovew", "outside", "clamped", "vgather", "vmask"):
+    for name in ("shifted", "below0", "abovew", "outside", "clamped", "clipin", "vgather", "vmask"):  # clipin: rules/takealong.egg
         for ids, xp, w in tables[name]:
             if ids in cls_of_value:
                 add(ids, xp, f"{name}(w={w})")

@@ -384,8 +384,8 @@ def shard_map_vocab_xent(ctx: JaxContext) -> JaxModel:
         logp = shifted - jnp.log(jax.lax.psum(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True), "model"))
         local = labels - jax.lax.axis_index("model") * w
         mine = (local >= 0) & (local < w)
-        picked = jnp.take_along_axis(logp, jnp.clip(local, 0, w - 1)[:, None], axis=-1)[:, 0]
-        picked = picked if bug == "xent_unmasked" else jnp.where(mine, picked, 0.0)  # BUG-SITE: xent_unmasked
+        idx = jnp.clip(local, 0, w - 1)[:, None]
+        picked = jnp.take_along_axis(logp, idx, axis=-1)[:, 0] if bug == "xent_unmasked" else jnp.where(mine, jnp.take_along_axis(logp, idx, axis=-1)[:, 0], 0.0)  # BUG-SITE: xent_unmasked
         return -jax.lax.psum(picked, "model")
 
     dist = shard_map(per_device, mesh=mesh, in_specs=(P(), P(None, "model"), P()), out_specs=P(), check_vma=False)
