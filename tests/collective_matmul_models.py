@@ -100,7 +100,9 @@ def ring_allreduce_rows(ctx: JaxContext) -> JaxModel:
     """The ring all-reduce on (c, w) chunk rows, rotated by the rank in another spelling than
     ``jnp.roll`` (knob ``form``): ``take`` (``jnp.take(chunks, (iota + r) % c, axis=0)``),
     ``getitem`` (``chunks[(iota + r) % c]``), ``index`` (c rows read by
-    ``lax.dynamic_index_in_dim(chunks, (j + r) % c, 0)``, stacked), ``static`` (a literal ``jnp.roll`` of the reversed
+    ``lax.dynamic_index_in_dim(chunks, (j + r) % c, 0)``, stacked), ``flat`` (the chunks kept
+    as one vector, ``jnp.roll`` by ``-w * r``, blocks ``buf[k*w:(k+1)*w]``, ``.at[...].add``,
+    ``jnp.concatenate``), ``static`` (a literal ``jnp.roll`` of the reversed
     rows, then the rank's rotation by ``jnp.roll``). Row k of ``mine`` is chunk (r + k) mod c; the
     ring turns towards the previous rank; the reduced rows are rotated back the same way."""
     n, d, c, form = ctx.knob("rows", 16), ctx.knob("hidden", 8), ctx.knob("tp", 4), ctx.knob("form", "take")
@@ -122,7 +124,21 @@ def ring_allreduce_rows(ctx: JaxContext) -> JaxModel:
     def base(x: Any) -> Any:
         return x.sum(axis=0)
 
+    def flat(x: Any) -> Any:  # the chunks as one vector: blocks of w rolled by multiples of w
+        r = jax.lax.axis_index("tp")
+        buf = jnp.roll(x.sum(axis=0), -w * r)  # block k: chunk (r + k) mod c
+        for k in range(c - 1):
+            got = jax.lax.ppermute(buf[k * w:(k + 1) * w], "tp", _perm(c, 1) if bug == "wrong_direction" else back)
+            j = k + (0 if bug == "wrong_chunk" else 1)
+            buf = buf.at[j * w:(j + 1) * w].add(got)
+        out = [buf[(c - 1) * w:]]
+        for _ in range(c - 1):
+            out.append(jax.lax.ppermute(out[-1], "tp", back))
+        return jnp.roll(jnp.concatenate(out), w * (r - 1 + (1 if bug == "off_by_one" else 0)))
+
     def per_device(x: Any) -> Any:
+        if form == "flat":
+            return flat(x)
         r = jax.lax.axis_index("tp")
         mine = rotate(x.sum(axis=0).reshape(c, w), r)
         for k in range(c - 1):

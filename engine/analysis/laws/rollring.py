@@ -54,7 +54,7 @@ from .rankint import MAX_ELEMENTS, _Eval
 if TYPE_CHECKING:
     from ..graph import Graphs, Node
 
-TABLES = ("rvsplit", "rvmerge", "rvmap", "rvrow", "rvsq", "rvex", "rvupd", "rvcat", "rvrows", "rvring")
+TABLES = ("rvsplit", "rvmerge", "rvmap", "rvrow", "rvsq", "rvex", "rvupd", "rvcat", "rvrows", "rvring", "rvflat", "rvblock")
 
 Rows = dict[str, list[tuple[object, ...]]]
 
@@ -152,6 +152,9 @@ def _with_reduces(np: Any, ev: _Eval, gid: int) -> Any:
     return ev.value(gid)
 
 
+FLAT = 64  # d + FLAT keys a flat buffer's facts (see the module docstring)
+
+
 def graph_rows(rows: Rows, g: Graphs) -> None:
     c = g.spec.c
     if c < 2 or not any(i.opcode == "collective-permute" for i in g.distributed.entry.instructions):
@@ -176,14 +179,18 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
             per_rank.append(_PerRank(g))
         return per_rank[0].array(gid)
 
-    # Buffers: (gid, d) with extent c at d, reached from a split reshape or a stack of c rows.
+    # Buffers (gid, key): key d for a split buffer (extent c at d, blocks of one index), d + FLAT
+    # for a flat one (extent c·w at d, blocks of w): reached from a split reshape, a stack of c
+    # rows, or the operand of a roll.
     buffers: set[tuple[int, int]] = set()
     todo: list[tuple[int, int]] = []
 
-    def buffer(gid: int, d: int) -> None:
-        if (gid, d) not in buffers:
-            buffers.add((gid, d))
-            todo.append((gid, d))
+    def buffer(gid: int, key: int) -> None:
+        if (gid, key) not in buffers:
+            buffers.add((gid, key))
+            todo.append((gid, key))
+            if key >= FLAT:
+                rows["rvflat"].append((gid, key - FLAT))
 
     for n in dist:
         ins = n.ins
@@ -195,54 +202,67 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
                 buffer(n.gid, d)
         elif ins.opcode == "concatenate" and len(n.operands) == c:
             d = int(ins.parsed.get("dimensions", [-1])[0])
-            if 0 <= d < ins.shape.rank and ins.shape.dims[d] == c and all(shape(o)[d] == 1 for o in n.operands):
-                for i, o in enumerate(n.operands):
-                    rows["rvcat"].append((n.gid, d, i, o))
-                    _unit_source(rows, g, o, d)
-                buffer(n.gid, d)
+            ext = {shape(o)[d] for o in n.operands} if 0 <= d < ins.shape.rank else set()
+            if len(ext) == 1 and ins.shape.dims[d] == c * min(ext):
+                if ext == {1}:  # a stack of c rows (a unit dim inserted at d): split form
+                    for i, o in enumerate(n.operands):
+                        rows["rvcat"].append((n.gid, d, i, o))
+                        _unit_source(rows, g, o, d)
+                    buffer(n.gid, d)
+                for i, o in enumerate(n.operands):  # c blocks joined: flat form
+                    rows["rvcat"].append((n.gid, d + FLAT, i, o))
+                    rows["rvblock"].append((o, d))
+                buffer(n.gid, d + FLAT)
+        elif ins.opcode == "concatenate" and len(n.operands) == 2 and n.operands[0] == n.operands[1]:
+            d = int(ins.parsed.get("dimensions", [-1])[0])
+            a = n.operands[0]
+            if 0 <= d < ins.shape.rank and shape(a)[d] % c == 0 and any(u.ins.opcode == "dynamic-slice" for u in users.get(n.gid, [])):
+                buffer(a, d + FLAT)  # a rolled as a whole: its own blocks (rvflat)
     while todo:
-        b, d = todo.pop()
+        b, key = todo.pop()
+        d, flat = key % FLAT, key >= FLAT
         dims = shape(b)
+        w = dims[d] // c if flat else 1  # the extent of one block along d
         for u in users.get(b, []):
             ins, op = u.ins, u.ins.opcode
-            if op == "reverse" and [int(x) for x in ins.parsed.get("dimensions", [])] == [d]:
-                rows["rvmap"].append((u.gid, b, d, c - 1, 0, c - 1))
-                buffer(u.gid, d)
-            elif op == "reshape" and len(dims) == ins.shape.rank + 1 and tuple(ins.shape.dims) == (*dims[:d], dims[d] * dims[d + 1], *dims[d + 2 :]):
+            if op == "reverse" and [int(x) for x in ins.parsed.get("dimensions", [])] == [d] and w == 1:
+                rows["rvmap"].append((u.gid, b, key, c - 1, 0, c - 1))
+                buffer(u.gid, key)
+            elif op == "reshape" and not flat and len(dims) == ins.shape.rank + 1 and tuple(ins.shape.dims) == (*dims[:d], dims[d] * dims[d + 1], *dims[d + 2 :]):
                 rows["rvmerge"].append((u.gid, b, d))
             elif op == "concatenate" and u.operands and all(o == b for o in u.operands):
                 for ds in users.get(u.gid, []):
-                    _dynamic_roll(rows, ds, u, b, dims, d, c, values, buffer)
+                    _dynamic_roll(rows, ds, u, b, dims, key, w, c, values, buffer)
             elif op == "slice":
                 for cat in users.get(u.gid, []):
                     if cat.ins.opcode == "concatenate":
-                        _static_roll(rows, g, cat, d, c, buffer)
+                        _static_roll(rows, g, cat, key, w, c, buffer)
                 sl = ins.parsed.get("slice") or []
-                if len(sl) == len(dims) and all(int(st) == 1 for _, _, st in sl) and int(sl[d][1]) - int(sl[d][0]) == 1 and all(
+                if len(sl) == len(dims) and all(int(st) == 1 for _, _, st in sl) and int(sl[d][1]) - int(sl[d][0]) == w and int(sl[d][0]) % w == 0 and all(
                         int(a) == 0 and int(e) == m for i, ((a, e, _), m) in enumerate(zip(sl, dims, strict=True)) if i != d):
-                    rows["rvrow"].append((u.gid, b, d, 0, int(sl[d][0])))
-                    _squeezes(rows, users, u, d)
+                    rows["rvrow"].append((u.gid, b, key, 0, int(sl[d][0]) // w))
+                    _unit(rows, users, u, key)
             elif op == "dynamic-slice" and u.operands[0] == b:
                 sizes = [int(x) for x in ins.parsed.get("dynamic_slice_sizes", [])]
-                if _whole_but(sizes, dims, d, 1) and len(u.operands) == 1 + len(dims):
-                    form = _start_form(u.operands[1:], d, c - 1, c, values)
+                if _whole_but(sizes, dims, d, w) and len(u.operands) == 1 + len(dims):
+                    form = _start_form(u.operands[1:], d, w, c, values)
                     if form is not None:
-                        rows["rvrow"].append((u.gid, b, d, *form))
-                        _squeezes(rows, users, u, d)
+                        rows["rvrow"].append((u.gid, b, key, *form))
+                        _unit(rows, users, u, key)
             elif op == "dynamic-update-slice" and u.operands[0] == b and len(u.operands) == 2 + len(dims):
-                if _whole_but(list(shape(u.operands[1])), dims, d, 1):
-                    form = _start_form(u.operands[2:], d, c - 1, c, values)
+                if _whole_but(list(shape(u.operands[1])), dims, d, w):
+                    form = _start_form(u.operands[2:], d, w, c, values)
                     if form is not None and form[0] == 0:
-                        _update(rows, g, u, b, u.operands[1], d, form[1], 0, 1, c, buffer)
-            elif op == "gather" and u.operands[0] == b and len(u.operands) == 2:
-                _gather(rows, g, u, b, d, c, per_rank_array, buffer)
+                        _update(rows, g, u, b, u.operands[1], key, form[1], 0, 1, c, buffer)
+            elif op == "gather" and u.operands[0] == b and len(u.operands) == 2 and w == 1:
+                _gather(rows, g, u, b, key, c, per_rank_array, buffer)
             elif op == "select" and len(u.operands) == 3 and u.operands[1] == b and tuple(u.ins.shape.dims) == dims:
                 seq = per_rank_array(u.operands[0])
                 if seq is not None and all(bool(v.all()) for v in seq):  # the fill is never chosen
-                    rows["rvmap"].append((u.gid, b, d, 1, 0, 0))
-                    buffer(u.gid, d)
+                    rows["rvmap"].append((u.gid, b, key, 1, 0, 0))
+                    buffer(u.gid, key)
             elif op == "scatter" and u.operands[0] == b and len(u.operands) == 3:
-                _scatter(rows, g, u, b, d, c, values, buffer)
+                _scatter(rows, g, u, b, key, w, c, values, buffer)
     if buffers:
         rows["rvring"].append((c,))
 
@@ -255,62 +275,74 @@ def _unit_source(rows: Rows, g: Graphs, u: int, d: int) -> None:
                 rows["rvex"].append((u, n.operands[0], d))
 
 
-def _squeezes(rows: Rows, users: dict[int, list[Any]], u: Any, d: int) -> None:
+def _unit(rows: Rows, users: dict[int, list[Any]], u: Any, key: int) -> None:
+    """One block taken out of a buffer: a flat buffer's block is the block itself (rvblock); a
+    split buffer's row leaves through a reshape dropping its unit dim (rvsq)."""
+    if key >= FLAT:
+        rows["rvblock"].append((u.gid, key - FLAT))
+        return
     dims = tuple(u.ins.shape.dims)
     for s in users.get(u.gid, []):
-        if s.ins.opcode == "reshape" and tuple(s.ins.shape.dims) == dims[:d] + dims[d + 1 :]:
-            rows["rvsq"].append((s.gid, u.gid, d))
+        if s.ins.opcode == "reshape" and tuple(s.ins.shape.dims) == dims[:key] + dims[key + 1 :]:
+            rows["rvsq"].append((s.gid, u.gid, key))
 
 
-def _start_form(starts: list[int], d: int, hi: int, c: int, values: Any) -> tuple[int, int] | None:
-    """(s, q): the start along d is (s·r + q) mod c on every rank after XLA's clamp to [0, hi];
-    the starts of the other dims are 0 on every rank."""
+def _start_form(starts: list[int], d: int, w: int, c: int, values: Any) -> tuple[int, int] | None:
+    """(s, q): the start along d is w·((s·r + q) mod c) on every rank after XLA's clamp to
+    [0, (c - 1)·w]; the starts of the other dims are 0 on every rank."""
     form: tuple[int, int] | None = None
     for i, st in enumerate(starts):
         seq = values(st)
         if seq is None:
             return None
-        seq = [min(max(v, 0), hi) for v in seq]  # XLA clamps starts into the operand
+        seq = [min(max(v, 0), (c - 1) * w) for v in seq]  # XLA clamps starts into the operand
         if i != d and any(v != 0 for v in seq):
             return None
         if i == d:
-            form = _row_form(seq, c)
+            if any(v % w for v in seq):
+                return None
+            form = _row_form([v // w for v in seq], c)
     return form
 
 
-def _dynamic_roll(rows: Rows, ds: Any, cat: Any, a: int, a_dims: tuple[int, ...], d: int, c: int, values: Any, buffer: Any) -> None:
-    """``dynamic-slice(concatenate(a, a) along d, starts)`` of a's shape: row j is row
-    (j + o) mod c of a, o the start along d clamped to [0, c]."""
+def _dynamic_roll(rows: Rows, ds: Any, cat: Any, a: int, a_dims: tuple[int, ...], key: int, w: int, c: int, values: Any, buffer: Any) -> None:
+    """``dynamic-slice(concatenate(a, a) along d, starts)`` of a's shape: block j is block
+    (j + o / w) mod c of a, o the start along d clamped to [0, c·w] (a multiple of w)."""
     ins = cat.ins
+    d = key % FLAT
     if len(cat.operands) != 2 or int(ins.parsed.get("dimensions", [-1])[0]) != d:
         return
     if ds.ins.opcode != "dynamic-slice" or ds.operands[0] != cat.gid or len(ds.operands) != 1 + ds.ins.shape.rank:
         return
     dims = tuple(ds.ins.shape.dims)
     if dims != tuple(a_dims) or [int(x) for x in ds.ins.parsed.get("dynamic_slice_sizes", [])] != list(dims):
-        return  # the window is a's whole shape: every row whole, c of them
+        return  # the window is a's whole shape: every block whole, c of them
+    n = c * w
     offs: list[int] = []
     for i, st in enumerate(ds.operands[1:]):
         seq = values(st)
         if seq is None:
             return
-        seq = [min(max(v, 0), (2 * c if i == d else dims[i]) - dims[i]) for v in seq]
+        seq = [min(max(v, 0), (2 * n if i == d else dims[i]) - dims[i]) for v in seq]
         if i != d and any(v != 0 for v in seq):
             return
         if i == d:
-            offs = [v % c for v in seq]
+            if any(v % w for v in seq):
+                return  # not a whole number of blocks
+            offs = [(v // w) % c for v in seq]
     form = _row_form(offs, c)
     if form is None:
         return
-    rows["rvmap"].append((ds.gid, a, d, 1, *form))
-    buffer(ds.gid, d)
+    rows["rvmap"].append((ds.gid, a, key, 1, *form))
+    buffer(ds.gid, key)
 
 
-def _static_roll(rows: Rows, g: Graphs, cat: Any, d: int, c: int, buffer: Any) -> None:
-    """A concatenate along d of literal slices of one buffer (whole along every other dim):
-    ``jnp.roll`` by a literal shift. Row j is row (p·j + q) mod c, p = 1 or c - 1."""
+def _static_roll(rows: Rows, g: Graphs, cat: Any, key: int, w: int, c: int, buffer: Any) -> None:
+    """A concatenate along d of literal slices of one buffer (whole along every other dim), each
+    whole blocks: ``jnp.roll`` by a literal shift. Block j is block (p·j + q) mod c, p = 1 or c - 1."""
     ins = cat.ins
-    if int(ins.parsed.get("dimensions", [-1])[0]) != d or tuple(ins.shape.dims)[d] != c:
+    d = key % FLAT
+    if int(ins.parsed.get("dimensions", [-1])[0]) != d or tuple(ins.shape.dims)[d] != c * w:
         return
     src: list[int] = []
     base: int | None = None
@@ -325,28 +357,35 @@ def _static_roll(rows: Rows, g: Graphs, cat: Any, d: int, c: int, buffer: Any) -
             return
         if any(int(a) != 0 or int(e) != m for i, ((a, e, _), m) in enumerate(zip(sl, dims, strict=True)) if i != d):
             return
-        src.extend(range(int(sl[d][0]), int(sl[d][1])))
+        lo, hi = int(sl[d][0]), int(sl[d][1])
+        if lo % w or hi % w:
+            return
+        src.extend(range(lo // w, hi // w))
     if base is None or len(src) != c:
         return
     for p in (1, c - 1):
         q = src[0]
         if all(v == (p * j + q) % c for j, v in enumerate(src)):
-            rows["rvmap"].append((cat.gid, base, d, p, 0, q))
-            buffer(cat.gid, d)
+            rows["rvmap"].append((cat.gid, base, key, p, 0, q))
+            buffer(cat.gid, key)
             return
 
 
-def _update(rows: Rows, g: Graphs, n: Any, b: int, u: int, d: int, j: int, kind: int, unit: int, c: int, buffer: Any) -> None:
-    rows["rvupd"].append((n.gid, b, u, d, j, kind, unit))
-    rows["rvrows"].extend((b, d, k) for k in range(c))
-    if unit:
-        _unit_source(rows, g, u, d)
-    buffer(n.gid, d)
+def _update(rows: Rows, g: Graphs, n: Any, b: int, u: int, key: int, j: int, kind: int, unit: int, c: int, buffer: Any) -> None:
+    rows["rvupd"].append((n.gid, b, u, key, j, kind, unit))
+    rows["rvrows"].extend((b, key, k) for k in range(c))
+    if unit and key >= FLAT:
+        rows["rvblock"].append((u, key - FLAT))
+    elif unit:
+        _unit_source(rows, g, u, key)
+    buffer(n.gid, key)
 
 
-def _scatter(rows: Rows, g: Graphs, n: Any, b: int, d: int, c: int, values: Any, buffer: Any) -> None:
-    """``a.at[j].add(u)`` / ``.set(u)``: one literal index j into dim d, the update a whole row."""
+def _scatter(rows: Rows, g: Graphs, n: Any, b: int, key: int, w: int, c: int, values: Any, buffer: Any) -> None:
+    """``a.at[j].add(u)`` / ``.set(u)`` (one literal index j into dim d, the update a whole row),
+    or of a flat buffer ``a.at[j*w:(j+1)*w].add(u)`` (start j·w, the update one whole block)."""
     p = n.ins.parsed
+    d = key % FLAT
     reducer = p.get("reducer")
     kind = 1 if reducer == "add" else 0 if is_overwrite(reducer) else -1
     if kind < 0 or p.get("input_batching_dims") or p.get("scatter_indices_batching_dims"):
@@ -363,23 +402,24 @@ def _scatter(rows: Rows, g: Graphs, n: Any, b: int, d: int, c: int, values: Any,
         return
     if sdo != [d] or g.nodes[upd].ins.shape.dtype != n.ins.shape.dtype:
         return
-    if idims not in ((), (1,)) or (idims == (1,) and ivd != 0) or (idims == () and ivd != 0):
+    if idims not in ((), (1,)) or ivd != 0:
         return  # one index vector of one component
     seq = values(idx)
-    if seq is None or len(set(seq)) != 1 or not 0 <= seq[0] < c:
-        return  # the same literal row on every rank, inside the buffer (XLA drops others)
-    j = seq[0]
+    if seq is None or len(set(seq)) != 1 or not 0 <= seq[0] < c * w or seq[0] % w:
+        return  # the same literal block on every rank, inside the buffer (XLA drops others)
+    j = seq[0] // w
     rest = dims[:d] + dims[d + 1 :]
-    if iwd == [d] and udims == rest and uwd == list(range(len(rest))):
-        _update(rows, g, n, b, upd, d, j, kind, 0, c, buffer)
-    elif not iwd and udims == (*dims[:d], 1, *dims[d + 1 :]) and uwd == list(range(len(dims))):
-        _update(rows, g, n, b, upd, d, j, kind, 1, c, buffer)
+    if key < FLAT and iwd == [d] and udims == rest and uwd == list(range(len(rest))):
+        _update(rows, g, n, b, upd, key, j, kind, 0, c, buffer)
+    elif not iwd and udims == (*dims[:d], w, *dims[d + 1 :]) and uwd == list(range(len(dims))):
+        _update(rows, g, n, b, upd, key, j, kind, 1, c, buffer)
 
 
-def _gather(rows: Rows, g: Graphs, n: Any, b: int, d: int, c: int, arrays: Any, buffer: Any) -> None:
+def _gather(rows: Rows, g: Graphs, n: Any, b: int, key: int, c: int, arrays: Any, buffer: Any) -> None:
     """``jnp.take(a, idx, axis=d)`` / ``a[idx]`` of whole rows: a gather whose result has a's
     shape, row j = row idx[j] of a (XLA clamps each start into [0, c - 1]), idx evaluated per rank."""
     p = n.ins.parsed
+    d = key % FLAT
     dims = tuple(g.nodes[b].ins.shape.dims)
     idims = tuple(g.nodes[n.operands[1]].ins.shape.dims)
     try:
@@ -404,6 +444,6 @@ def _gather(rows: Rows, g: Graphs, n: Any, b: int, d: int, c: int, arrays: Any, 
     s = (src[1][0] - q) % c
     for p_ in (1, c - 1):
         if all(src[r][j] == (p_ * j + s * r + q) % c for r in range(c) for j in range(c)):
-            rows["rvmap"].append((n.gid, b, d, p_, s, q))
-            buffer(n.gid, d)
+            rows["rvmap"].append((n.gid, b, key, p_, s, q))
+            buffer(n.gid, key)
             return
