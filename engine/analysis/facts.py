@@ -285,9 +285,10 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
     # every one of its rows is known, so a ring step that writes a wrong row is found where it
     # writes, not where the buffer is cut or rolled back.
     try:
-        rv = session.rows(["rvzu", "rvpu", "rvz", "rvp", "rpart"])
+        rv = session.rows(["rvzu", "rvpu", "rvz", "rvp", "rpart", "rvblock"])
     except KeyError:  # the family is not registered (bench/scale.py --without rollring)
-        rv = {"rvzu": [], "rvpu": [], "rvz": [], "rvp": [], "rpart": []}
+        rv = {"rvzu": [], "rvpu": [], "rvz": [], "rvp": [], "rpart": [], "rvblock": []}
+    blocks = {(int(v), int(d)) for v, d in rv["rvblock"]}  # type: ignore[call-overload]
     for x, bp, _d, a, s, b, *_rest in rv["rvzu"] + rv["rvpu"]:
         add_dist_only(bp, f"ring buffer: row j is block ({a}*j + {s}*r + {b}) mod c of {_bname(x)}", "rollring/rows")
     rows_known: dict[object, dict[int, str]] = {}
@@ -295,8 +296,11 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
         terms = f" (terms {_mask(rest[0])})" if rest else ""
         rows_known.setdefault((bp, int(d)), {})[int(j)] = f"row {j} is block ({s}*r + {k}) mod c of {_bname(x)}{terms}"  # type: ignore[call-overload]
     for (bp, d), known_rows in rows_known.items():
+        # Keyed d (a split buffer: c rows; a unit row: extent 1) or d + 64 (a flat buffer: c
+        # blocks; one block taken out: rvblock).
         gids = members.get(cls_of_value.get(bp, -1), [])
-        if gids and len(known_rows) == g.nodes[gids[0]].ins.shape.dims[d]:
+        unit = bool(gids) and (g.nodes[gids[0]].ins.shape.dims[d] == 1 if d < 64 else (gids[0], d - 64) in blocks)
+        if gids and (len(known_rows) == g.spec.c or (unit and set(known_rows) == {0})):
             add_dist_only(bp, "ring buffer: " + "; ".join(known_rows[j] for j in sorted(known_rows)), "rollring/rows")
     for x, xp, e, ka, m, *_rest in rv["rpart"]:
         add_dist_only(xp, f"block (r+{ka}) mod c along dim {e} of a sum over the terms {_mask(m)} of {_bname(x)}", "ringcollect/chunk")
