@@ -113,12 +113,36 @@ class Form:
     text: str
     # A rule: the input tables its query reads (empty for every other form, always loaded).
     needs: frozenset[str] = frozenset()
+    reads: frozenset[str] = frozenset()  # a rule: every relation its query reads
+    writes: frozenset[str] = frozenset()  # a rule: every relation its actions name
 
 
 @dataclass(frozen=True)
 class Program:
     forms: tuple[Form, ...]
     inputs: frozenset[str]  # relations only the law families' hooks (and seeds) fill
+    relations: frozenset[str]  # every relation declared
+    # Relations that may hold rows whatever the input tables: written by a fact of the rules
+    # files or by Python outside graph.build's hooks (the term rows, the layout solver's answers).
+    free: frozenset[str]
+    _loadable: dict[frozenset[str], frozenset[int]] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+    def loadable(self, present: frozenset[str]) -> frozenset[int]:
+        """Indices (in ``forms``) of the rules that may fire when the relations with rows at the
+        start are ``present``: every relation a rule reads may hold rows (the least fixpoint
+        over the rules' writes, from ``present`` and ``free``); any other rule never fires."""
+        if present not in self._loadable:
+            rules = [(i, f) for i, f in enumerate(self.forms) if f.reads or f.writes]
+            reach = set(present) | self.free
+            grew = True
+            while grew:
+                grew = False
+                for _, f in rules:
+                    if f.reads <= reach and not f.writes <= reach:
+                        reach |= f.writes
+                        grew = True
+            self._loadable[present] = frozenset(i for i, f in rules if f.reads <= reach)
+        return self._loadable[present]
 
 
 def _rule_parts(text: str) -> tuple[list[str], list[str]]:
@@ -166,7 +190,8 @@ def _program(rule_files: tuple[str, ...], off: frozenset[str], read: Callable[[s
     forms: list[Form] = []
     declared: set[str] = set()
     written: set[str] = set()
-    queried: list[tuple[int, list[str]]] = []
+    queried: list[tuple[int, list[str], list[str]]] = []
+    facts: set[str] = set()
     for name in rule_files:
         text = read(name)
         line, last = 1, 0
@@ -179,17 +204,22 @@ def _program(rule_files: tuple[str, ...], off: frozenset[str], read: Callable[[s
             if head == "rule":
                 atoms, acts = _rule_parts(form)
                 written.update(acts)
-                queried.append((len(forms), atoms))
+                queried.append((len(forms), atoms, acts))
             elif head in _DECLARATIONS:
                 if head == "relation":
                     declared.add(form[1:].split(None, 2)[1])
             elif head not in ("rewrite", "birewrite"):
-                written |= heads(form)  # a fact: (flipop "max" "min"), (union ...), (set ...)
+                facts |= heads(form)  # a fact: (flipop "max" "min"), (union ...), (set ...)
             forms.append(Form(name, line, form))
+    written |= facts
     inputs = frozenset(declared & set(laws.tables()) - written)
-    for i, atoms in queried:
-        forms[i] = dataclasses.replace(forms[i], needs=frozenset(a for a in atoms if a in inputs))
-    return Program(tuple(forms), inputs)
+    for i, atoms, acts in queried:
+        reads = frozenset(a for a in atoms if a in declared)
+        # A rule that writes no relation (only unions or terms) is kept whenever it can match.
+        writes = frozenset(a for a in acts if a in declared) or frozenset({""})
+        forms[i] = dataclasses.replace(forms[i], needs=reads & inputs, reads=reads, writes=writes)
+    free = frozenset(declared - written - inputs) | (facts & declared) | {""}
+    return Program(tuple(forms), inputs, frozenset(declared), free)
 
 
 # Which budget stopped a run (RunStats.exhausted); "" when the rules saturated.
@@ -208,9 +238,9 @@ class RunStats:
 class Session:
     """One e-graph. Not thread-safe (egglog's EGraph cannot cross threads); make one per thread.
 
-    ``present``: the input tables that hold rows in the proofs this e-graph will run (see
-    ``program``); a rule reading an input table outside it is left out, as it cannot fire. None
-    loads every rule. ``admit`` adds the rules a later proof's tables need."""
+    ``present``: the relations that hold rows when the proofs this e-graph will run start (its
+    graph's tables with rows, its seeds'); a rule that cannot fire from them (Program.loadable)
+    is left out. None loads every rule. ``admit`` adds the rules a later proof needs."""
 
     def __init__(self, rule_files: Iterable[str] | None = None, present: Iterable[str] | None = None) -> None:
         self.eg = bindings.EGraph()
@@ -220,48 +250,45 @@ class Session:
         self._print_size = self.eg.parse_program("(print-size)")
         self._program = program(laws.rule_files() if rule_files is None else tuple(rule_files))
         self.present: frozenset[str] | None = None if present is None else frozenset(present)
-        self._left: list[Form] = []  # rules left out, in load order
-        self._waiting: frozenset[str] = frozenset()  # input tables some left-out rule reads
+        self._left: list[int] = []  # indices of the rules left out, in load order
         try:
-            self._load(self._program.forms, self.present)
+            keep = None if self.present is None else self._program.loadable(self.present)
+            self._left = [i for i, f in enumerate(self._program.forms) if keep is not None and f.writes and i not in keep]
+            self._load(i for i in range(len(self._program.forms)) if keep is None or not self._program.forms[i].writes or i in keep)
         except BaseException:
             self.close()
             raise
 
-    def _load(self, forms: Iterable[Form], present: frozenset[str] | None) -> None:
+    def _load(self, indices: Iterable[int]) -> None:
         # A crash here is a broken rule file (exit 4, phase "rules"), named by file and line.
-        left: list[Form] = []
         with phase("rules", "rules/") as p:
-            for form in forms:
-                if present is not None and not form.needs <= present:
-                    left.append(form)
-                    continue
+            for i in indices:
+                form = self._program.forms[i]
                 p.at(f"rules/{form.file}")
                 try:
                     self.command(form.text)
                 except BaseException:
                     p.where = f"rules/{form.file}:{form.line}"
                     raise
-        self._left = left
-        self._waiting = frozenset(t for f in left for t in f.needs)
 
     def missing(self, present: frozenset[str] | None) -> bool:
-        """Whether a proof whose input tables with rows are ``present`` (None: any) needs a rule
-        this e-graph left out."""
+        """Whether a proof whose relations with rows are ``present`` at the start (None: any)
+        needs a rule this e-graph left out."""
         if present is None:
             return bool(self._left)
-        return any(f.needs <= present for f in self._left)
+        keep = self._program.loadable(present)
+        return any(i in keep for i in self._left)
 
     def admit(self, present: frozenset[str] | None) -> None:
-        """Load the left-out rules a proof with input tables ``present`` (None: any) can fire.
+        """Load the left-out rules a proof starting from ``present`` (None: any) can fire.
         Outside a push only. Loaded after rules files they came before, a rule may clash with a
         later file's declaration (egglog forbids a variable named like a relation): the caller
         then builds a new Session."""
-        before = self._left
-        self._load([f for f in before if present is None or f.needs <= present], None)
-        self._left = [f for f in before if not (present is None or f.needs <= present)]
-        self._waiting = frozenset(t for f in self._left for t in f.needs)
+        keep = None if present is None else self._program.loadable(present)
+        wanted = [i for i in self._left if keep is None or i in keep]
+        self._left = [i for i in self._left if keep is not None and i not in keep]
         self.present = None if present is None or self.present is None else self.present | present
+        self._load(wanted)
 
     def close(self) -> None:
         """Free the e-graph now, in this thread: egglog's EGraph must not be dropped by another
@@ -276,10 +303,10 @@ class Session:
         rows = list(rows)
         if not rows:
             return 0
-        if table in self._waiting and self.present is not None and table not in self.present:
+        if self._left and self.present is not None and table in self._program.relations and table not in self.present | self._program.free:
             # Rules reading it were left out as unable to fire: loading it now would silently
             # lose their facts. A caller's bug: declare the table in ``present``.
-            raise RuntimeError(f"rows for table {table!r} loaded into an e-graph whose rules reading it were left out (fresh_session present=)")
+            raise RuntimeError(f"rows for table {table!r} loaded into an e-graph that left out rules as if it stayed empty (fresh_session present=)")
         data = "".join("\t".join(_cell(v) for v in row) + "\n" for row in rows).encode("utf-8")
         if _IN_MEMORY:
             # The rows in an anonymous in-memory file, read by egglog through /proc: a file
@@ -380,7 +407,7 @@ def fresh_session(rule_files: tuple[str, ...] | None = None, present: Iterable[s
     cannot fire). None: every rule. The thread's Session grows by the rules each proof needs.
     ``rule_files`` None: the registered families' (engine/analysis/laws, read at each call)."""
     files = laws.rule_files() if rule_files is None else rule_files
-    want = None if present is None else frozenset(present) & program(files).inputs
+    want = None if present is None else frozenset(present) & program(files).relations
     key = (files, laws.declared_only())
     cache: dict[tuple[tuple[str, ...], frozenset[str]], tuple[Session, int]] = _LOCAL.__dict__.setdefault("sessions", {})
     busy: set[tuple[tuple[str, ...], frozenset[str]]] = _LOCAL.__dict__.setdefault("busy", set())
