@@ -2738,7 +2738,8 @@ def rollring(rng: random.Random) -> Program:
     the ring's shift, the pairs, the stacking order, the reverse, the groups; defects: the shift
     off by one, the rank's coefficient negated, the roll along the other axis (w = c), the roll
     length c + 1 (offsets rem c + 1), the pairs of another kind (other mesh axis, mirror, a
-    permutation, one missing), the reverse left out."""
+    permutation, one missing), the reverse left out. Or flat: the blocks joined as one vector,
+    rolled by w·((S·r + Q) rem c) (jnp.roll of the chunk vector)."""
     groups = _layout(rng)
     c = len(groups[0])
     t = rng.choice(["f32", "bf16", "s32", "s8", "u8", "u16"])
@@ -2750,12 +2751,19 @@ def rollring(rng: random.Random) -> Program:
     if defect == "pairs":
         pairs, what = _pairs(rng, groups)
     order = rng.choice(["natural", "reversed"])
+    # flat: the blocks joined as one vector of c·w (no rows, no reverse), rolled by multiples of w;
+    # its blocks must already run with the ring (a = 1), unless the reverse is the defect.
+    shape_form = rng.choice(["rows", "flat"]) if defect not in ("axis", "pairs") else "rows"
+    if shape_form == "flat" and c > 1:
+        m = (c - 1 if order == "natural" else 1) if defect != "norev" else (1 if order == "natural" else c - 1)
+        pairs = [(g[i], g[(i + m) % c]) for g in groups for i in range(c)]
+        what = f"shift {m}"
     zero_as_c = rng.random() < 0.5
     # Row i holds block (r - i·m) (natural) or (r - (c - 1 - i)·m) (reversed): (a·i + r + b) mod c.
     a, b = ((-m) % c, 0) if order == "natural" else (m % c, (-(c - 1) * m) % c)
     # Rows back in order need a = 1: a reverse (row i is row c - 1 - i) when the rows run the other
     # way (a = c - 1); the defect norev leaves it out.
-    rev = a != 1 and defect != "norev"
+    rev = a != 1 and defect != "norev" and shape_form == "rows"
     if rev:
         a, b = (-a) % c, (a * (c - 1) + b) % c
     # Roll back: row j of the roll is row (j + S·r + Q) mod c; block (a·j + (a·S + 1)·r + a·Q + b).
@@ -2773,33 +2781,46 @@ def rollring(rng: random.Random) -> Program:
         lines.append(f"  %p{i} = {t}[{w}] collective-permute({t}[{w}] {held[-1]}), channel_id={i}, source_target_pairs={_pairs_text(pairs)}")
         held.append(f"%p{i}")
     rows = held if order == "natural" else held[::-1]
-    for i, h in enumerate(rows):
-        lines.append(f"  %row{i} = {t}[1,{w}] reshape({t}[{w}] {h})")
-    lines.append(f"  %st = {t}[{c},{w}] concatenate(" + ", ".join(f"{t}[1,{w}] %row{i}" for i in range(c)) + "), dimensions={0}")
-    buf = "%st"
-    if rev:
-        lines.append(f"  %rv = {t}[{c},{w}] reverse({t}[{c},{w}] %st), dimensions={{0}}")
-        buf = "%rv"
-    ax = 1 if defect == "axis" else 0
-    dbl = f"{t}[{2 * c},{w}]" if ax == 0 else f"{t}[{c},{2 * w}]"
-    lines += [f"  %dd = {dbl} concatenate({t}[{c},{w}] {buf}, {t}[{c},{w}] {buf}), dimensions={{{ax}}}",
-              f"  %cs = s32[] constant({S})", f"  %cq = s32[] constant({Q + mod})", f"  %cm = s32[] constant({mod})",
-              "  %o1 = s32[] multiply(s32[] %r, s32[] %cs)", "  %o2 = s32[] add(s32[] %o1, s32[] %cq)",
-              "  %o3 = s32[] remainder(s32[] %o2, s32[] %cm)"]
-    off = "%o3"
-    if zero_as_c:
-        lines += ["  %z = s32[] constant(0)", "  %isz = pred[] compare(s32[] %o3, s32[] %z), direction=EQ",
-                  f"  %cc = s32[] constant({c})", "  %o4 = s32[] select(pred[] %isz, s32[] %cc, s32[] %o3)"]
+    if shape_form == "flat":
+        lines.append(f"  %st = {t}[{n}] concatenate(" + ", ".join(f"{t}[{w}] {h}" for h in rows) + "), dimensions={0}")
+        lines += [f"  %dd = {t}[{2 * n}] concatenate({t}[{n}] %st, {t}[{n}] %st), dimensions={{0}}",
+                  f"  %cs = s32[] constant({S})", f"  %cq = s32[] constant({Q + mod})", f"  %cm = s32[] constant({mod})", f"  %cw = s32[] constant({w})",
+                  "  %o1 = s32[] multiply(s32[] %r, s32[] %cs)", "  %o2 = s32[] add(s32[] %o1, s32[] %cq)",
+                  "  %o3 = s32[] remainder(s32[] %o2, s32[] %cm)", "  %o4 = s32[] multiply(s32[] %o3, s32[] %cw)"]
         off = "%o4"
-    lines.append("  %zero = s32[] constant(0)")
-    starts = f"s32[] {off}, s32[] %zero" if ax == 0 else f"s32[] %zero, s32[] {off}"
-    lines += [f"  %rl = {t}[{c},{w}] dynamic-slice({dbl} %dd, {starts}), dynamic_slice_sizes={{{c},{w}}}",
-              f"  ROOT %o = {t}[{n}] reshape({t}[{c},{w}] %rl)"]
+        if zero_as_c:
+            lines += ["  %z = s32[] constant(0)", "  %isz = pred[] compare(s32[] %o4, s32[] %z), direction=EQ",
+                      f"  %cn = s32[] constant({n})", "  %o5 = s32[] select(pred[] %isz, s32[] %cn, s32[] %o4)"]
+            off = "%o5"
+        lines.append(f"  ROOT %o = {t}[{n}] dynamic-slice({t}[{2 * n}] %dd, s32[] {off}), dynamic_slice_sizes={{{n}}}")
+    else:
+        for i, h in enumerate(rows):
+            lines.append(f"  %row{i} = {t}[1,{w}] reshape({t}[{w}] {h})")
+        lines.append(f"  %st = {t}[{c},{w}] concatenate(" + ", ".join(f"{t}[1,{w}] %row{i}" for i in range(c)) + "), dimensions={0}")
+        buf = "%st"
+        if rev:
+            lines.append(f"  %rv = {t}[{c},{w}] reverse({t}[{c},{w}] %st), dimensions={{0}}")
+            buf = "%rv"
+        ax = 1 if defect == "axis" else 0
+        dbl = f"{t}[{2 * c},{w}]" if ax == 0 else f"{t}[{c},{2 * w}]"
+        lines += [f"  %dd = {dbl} concatenate({t}[{c},{w}] {buf}, {t}[{c},{w}] {buf}), dimensions={{{ax}}}",
+                  f"  %cs = s32[] constant({S})", f"  %cq = s32[] constant({Q + mod})", f"  %cm = s32[] constant({mod})",
+                  "  %o1 = s32[] multiply(s32[] %r, s32[] %cs)", "  %o2 = s32[] add(s32[] %o1, s32[] %cq)",
+                  "  %o3 = s32[] remainder(s32[] %o2, s32[] %cm)"]
+        off = "%o3"
+        if zero_as_c:
+            lines += ["  %z = s32[] constant(0)", "  %isz = pred[] compare(s32[] %o3, s32[] %z), direction=EQ",
+                      f"  %cc = s32[] constant({c})", "  %o4 = s32[] select(pred[] %isz, s32[] %cc, s32[] %o3)"]
+            off = "%o4"
+        lines.append("  %zero = s32[] constant(0)")
+        starts = f"s32[] {off}, s32[] %zero" if ax == 0 else f"s32[] %zero, s32[] {off}"
+        lines += [f"  %rl = {t}[{c},{w}] dynamic-slice({dbl} %dd, {starts}), dynamic_slice_sizes={{{c},{w}}}",
+                  f"  ROOT %o = {t}[{n}] reshape({t}[{c},{w}] %rl)"]
     base = f"HloModule rr_base\n\nENTRY %main (x: {t}[{n}]) -> {t}[{n}] {{\n  %x = {t}[{n}] parameter(0)\n  ROOT %o = {t}[{n}] copy({t}[{n}] %x)\n}}\n"
     dist = f"HloModule rr_dist\n\nENTRY %main (r: s32[], x: {t}[{w}]) -> {t}[{n}] {{\n" + "\n".join(lines) + "\n}\n"
     rel = {"groups": groups, "inputs": [{"distributed": 0, "relation": "rank"}, {"baseline": 0, "distributed": 1, "relation": "sharded", "dim": 0}],
            "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
-    form = f"{t} w={w} {what}, rows {order}{', reversed' if rev else ''}, roll ({S}r+{Q}) rem {mod}{' (0 as c)' if zero_as_c else ''}, defect {defect} (groups {groups})"
+    form = f"{t} w={w} {shape_form} {what}, blocks {order}{', reversed' if rev else ''}, roll ({S}r+{Q}) rem {mod}{' (0 as c)' if zero_as_c else ''}, defect {defect} (groups {groups})"
     return Program("rollring", form, base, dist, rel)
 
 
