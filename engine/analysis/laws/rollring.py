@@ -12,7 +12,9 @@ lower to (jax 0.10):
   ``a[(r - k) % c]`` / ``dynamic_index_in_dim``: ``dynamic-slice`` (extent 1) at a per-rank start;
 - ``a.at[k].add(u)`` / ``.set(u)``: a ``scatter`` at one literal index (add / overwrite);
   ``lax.dynamic_update_index_in_dim``: ``dynamic-update-slice`` at a literal start;
-- ``jnp.stack`` of c rows: reshapes adding a unit dim, then ``concatenate``.
+- ``jnp.stack`` of c rows: reshapes adding a unit dim, then ``concatenate``;
+- the same on the flat chunk vector: ``jnp.roll(buf, -w * r)``, ``buf[k*w:(k+1)*w]``,
+  ``buf.at[k*w:(k+1)*w].add(u)`` (a scatter of one block at start k·w), ``jnp.concatenate``.
 
 Each of these moves whole rows of a buffer B of c rows along d, and is described here by what
 row j of its result is on rank r (r = the rank's index in its group; rank-dependent offsets
@@ -32,6 +34,11 @@ are evaluated exactly on every device of every group and must agree across group
 ``rvrows(b, d, j)``         j in [0, c) for a buffer b that a rvupd reads (its rows one by one)
 ``rvring(c)``               the group size, written once any row above is (the rules that read
                             only derived relations load with it: nothing is loaded otherwise)
+``rvflat(a, d)``            a is a flat buffer: extent c·w along d, block j = elements
+                            [j·w, (j+1)·w) (``jnp.roll`` of the chunk vector itself by multiples
+                            of w); the tables above name its dim d + FLAT (64), so that the facts
+                            of a node read as split and as flat never combine
+``rvblock(v, d)``           v is one block of a flat buffer (extent w at d): the block itself
 
 Side conditions (soundness first): every offset is an exact integer evaluated per device
 (rankint's evaluator: each int type with its wrap) and clamped as XLA clamps dynamic-slice
