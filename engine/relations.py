@@ -16,7 +16,7 @@ import yaml
 from .errors import InputError
 from .yamltext import check_nesting, load
 
-INPUT_RELATIONS = ("duplicate", "sharded", "partial", "rank", "token", "padded")
+INPUT_RELATIONS = ("duplicate", "sharded", "partial", "rank", "token", "padded", "grouped")
 # rank and token inputs exist only in the distributed program.
 DIST_ONLY = ("rank", "token")
 OUTPUT_RELATIONS = ("duplicate", "sharded", "partial")
@@ -46,6 +46,11 @@ class Relation:
     # blocks, each padded on its own to c·widths[i] and split over the ranks; rank r holds its
     # piece of every block, in block order (width is then their sum, the per-rank extent).
     widths: tuple[int, ...] = ()
+    # head_groups K (neuronx-distributed-inference's GQA.REPLICATE_TO_TP_DEGREE; rules/kvgroups.egg):
+    # dim is K groups of equal extent, q = c/K ranks per group, rank r in group floor(r/q).
+    # padded: each group padded at its tail to q·width and split over its q ranks (q heads
+    # padded interleaved); grouped: rank r holds its group's whole block (KV heads replicated).
+    head_groups: int = 1
 
     def padded_spec(self) -> str:
         """A padded relation's blocks as rules/padded.egg's padb spec: "n:w,..." (baseline
@@ -53,7 +58,11 @@ class Relation:
         return ",".join(f"{n}:{w}" for n, w in zip(self.blocks, self.widths, strict=True))
 
     def describe(self) -> str:
+        if self.kind == "grouped":
+            return f"grouped(dim={self.dim}, head_groups={self.head_groups})"
         if self.kind == "padded":
+            if self.head_groups > 1:
+                return f"padded(dim={self.dim}, width={self.width}, head_groups={self.head_groups})"
             if self.blocks:
                 return f"padded(dim={self.dim}, blocks={list(self.blocks)}, width={list(self.widths)})"
             return f"padded(dim={self.dim}, width={self.width})"
@@ -286,7 +295,7 @@ def _list(data: dict[str, Any], key: str, fail: Any) -> list[Any]:
 def _binding(x: Any, key: str, allowed: tuple[str, ...], fail: Any) -> Binding:
     if not isinstance(x, dict):
         raise fail(key, "expected a mapping like {baseline: 0, distributed: 0, relation: duplicate}")
-    extra = set(x) - {"baseline", "distributed", "relation", "dim", "blocks", "op", "int_range", "name", "width", "gathered", "per_group_data"}
+    extra = set(x) - {"baseline", "distributed", "relation", "dim", "blocks", "op", "int_range", "name", "width", "gathered", "per_group_data", "head_groups"}
     if extra:
         raise fail(f"{key}.{sorted(map(str, extra))[0]}", "unknown key")
     rel = x.get("relation")
@@ -297,7 +306,7 @@ def _binding(x: Any, key: str, allowed: tuple[str, ...], fail: Any) -> Binding:
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, str)) or (isinstance(v, int) and v < 0)):
             raise fail(f"{key}.{side}", "expected a parameter number (0-based) or a parameter name")
     dim = x.get("dim")
-    if rel in ("sharded", "padded"):
+    if rel in ("sharded", "padded", "grouped"):
         if not isinstance(dim, int) or isinstance(dim, bool) or dim < 0:
             raise fail(f"{key}.dim", f"a {rel} relation needs 'dim', a non-negative integer")
     elif dim is not None:
@@ -322,6 +331,14 @@ def _binding(x: Any, key: str, allowed: tuple[str, ...], fail: Any) -> Binding:
             raise fail(f"{key}.width", "a padded relation needs 'width', the per-rank extent along dim (a positive integer)")
     elif width is not None:
         raise fail(f"{key}.width", f"'width' only applies to padded, not {rel}")
+    hg = x.get("head_groups", 1)
+    if "head_groups" in x:
+        if rel not in ("padded", "grouped") or (rel == "padded" and blocks):
+            raise fail(f"{key}.head_groups", f"'head_groups' applies to padded (without blocks) and grouped, not {rel}{' with blocks' if blocks else ''}")
+        if not isinstance(hg, int) or isinstance(hg, bool) or hg < 1:
+            raise fail(f"{key}.head_groups", f"expected the number of head groups (KV heads), a positive integer; got {hg!r}")
+    elif rel == "grouped":
+        raise fail(f"{key}.head_groups", "a grouped relation needs 'head_groups' K: rank r holds block floor(r·K/c) of K equal blocks along dim")
     ir = x.get("int_range")
     if ir is not None and not (isinstance(ir, list) and len(ir) == 2 and all(isinstance(v, int) for v in ir)):
         raise fail(f"{key}.int_range", "expected [lo, hi]")
@@ -341,4 +358,4 @@ def _binding(x: Any, key: str, allowed: tuple[str, ...], fail: Any) -> Binding:
         raise fail(f"{key}.per_group_data", "expected true or false")
     if pgd and (rel in DIST_ONLY or "rank" not in allowed):  # outputs allow no rank
         raise fail(f"{key}.per_group_data", "only an input with a baseline value (not an output, rank or token) can differ between the groups")
-    return Binding(x.get("baseline"), x.get("distributed"), Relation(rel, dim, tuple(blocks), op, width, widths), key, tuple(ir) if ir else None, gathered, pgd)
+    return Binding(x.get("baseline"), x.get("distributed"), Relation(rel, dim, tuple(blocks), op, width, widths, hg), key, tuple(ir) if ir else None, gathered, pgd)

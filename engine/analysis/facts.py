@@ -37,7 +37,7 @@ def _mask(m: object) -> str:
 
 
 def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
-    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "clipin", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "gpart", "inrange", "argpair", "argix", "extof", "gext", "gix", "athas", "argcand", "rot", "lrot", "rterm", "rsum", "scof", "pad", "padb", "rot2", "rred", "pexp", "osum", "fsdppiece", "xcol", "xpair", "xgp", "xpp", "xpd", "xlab", "mb", "mbevery", "mbp", "mbacc"])
+    tables = session.rows(["N", "dup", "sharded", "partial", "via", "rank", "layout", "affine", "shifted", "below0", "abovew", "outside", "clamped", "clipin", "lrd", "vgather", "vmask", "faffine", "fquot", "rdiv", "grp", "gpart", "inrange", "argpair", "argix", "extof", "gext", "gix", "athas", "argcand", "rot", "lrot", "rterm", "rsum", "scof", "pad", "padb", "kvg", "rot2", "rred", "pexp", "osum", "fsdppiece", "xcol", "xpair", "xgp", "xpp", "xpd", "xlab", "mb", "mbevery", "mbp", "mbacc"])
     cls_of_value: dict[object, int] = {}
     classes: dict[int, int] = {}
     members: dict[int, list[int]] = {}
@@ -122,6 +122,10 @@ def read_facts(session: Session, g: Graphs, solver: LayoutSolver) -> Facts:
     for x, xp, d, w, z, s in tables["padb"]:  # rules/padded.egg: padded in blocks (a fused weight)
         tail = "zeros" if int(z) else "any values"  # type: ignore[call-overload]
         add(x, xp, f"padded(dim={d}, blocks=[{s}], width={w}, tail={tail})", f'(padb {{b}} {{d}} {d} {w} {z} "{s}")')
+    for x, xp, d, w, z, k, o in tables["kvg"]:  # rules/kvgroups.egg: K head groups (GQA replicated KV)
+        tail = "zeros" if int(z) else "any values"  # type: ignore[call-overload]
+        how = f"padded within {k} head groups(dim={d}, width={w}, tail={tail})" if int(o) else f"grouped in {k} head groups(dim={d}, block floor(r*{k}/c))"  # type: ignore[call-overload]
+        add(x, xp, how, f"(kvg {{b}} {{d}} {d} {w} {z} {k} {o})")
     for x, xp, d, k, e in tables["grp"]:
         where = f", block r mod {k} of {k} along dim {e}" if int(e) >= 0 else ""  # type: ignore[call-overload]
         add(x, xp, f"rank-group(block floor(r/{k}) along dim {d}{where})", f"(grp {{b}} {{d}} {d} {k} {e})")

@@ -69,7 +69,7 @@ def seeds(fl: FoldedLayer, g: Graphs, bound: list[tuple[Binding, Instruction | N
             # Only the distributed side is read here: its integer range still holds.
             out.extend(range_seeds(b, None, f"@D{d_names[dp.name]}@"))
             continue
-        out.extend(binding_seeds(b, f"@B{b_names[bp.name]}@", f"@D{d_names[dp.name]}@"))
+        out.extend(binding_seeds(b, f"@B{b_names[bp.name]}@", f"@D{d_names[dp.name]}@", tuple(dp.shape.dims)))
     for dg, j in d_pos.items():
         out.extend(carried_seeds(known, dg, f"@D{j}@", lambda m: f"@B{b_pos[m]}@" if m in b_pos else None))
     return sorted(set(out))

@@ -135,7 +135,21 @@ def _check_shapes(path: str, b: Binding, bp: Instruction, dp: Instruction, c: in
         elif expect[d] % c:
             raise InputError(path, f"{b.key}.dim", f"dim {d} of {bs} does not divide by c={c}")
         expect[d] //= c
-    if rel.kind == "padded":
+    if rel.kind == "grouped" or (rel.kind == "padded" and rel.head_groups > 1):
+        # K head groups of equal extent, c/K ranks per group (rules/kvgroups.egg).
+        d, k = rel.dim or 0, rel.head_groups
+        if d >= len(expect):
+            raise InputError(path, f"{b.key}.dim", f"dim {d} is out of range for {bp.name}: {bs}")
+        if c % k or expect[d] % k:
+            raise InputError(path, f"{b.key}.head_groups", f"{k} head groups need c={c} ranks and dim {d} of baseline {bp.name} ({bs}) to divide by {k}")
+    if rel.kind == "grouped":
+        expect[rel.dim or 0] //= rel.head_groups
+    if rel.kind == "padded" and rel.head_groups > 1:
+        d, w, k = rel.dim or 0, rel.width or 0, rel.head_groups
+        if (c // k) * w < expect[d] // k:
+            raise InputError(path, f"{b.key}.width", f"width {w} over the {c // k} ranks of each of {k} head groups covers {(c // k) * w} elements, fewer than a group's {expect[d] // k} along dim {d} of baseline {bp.name} ({bs}) (expected width >= {-(-(expect[d] // k) // (c // k))})")
+        expect[d] = w
+    elif rel.kind == "padded":
         d, w = rel.dim or 0, rel.width or 0
         if d >= len(expect):
             raise InputError(path, f"{b.key}.dim", f"dim {d} is out of range for {bp.name}: {bs}")

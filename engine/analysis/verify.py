@@ -235,11 +235,12 @@ def _input_seeds(g: Graphs, bound: list[tuple[Binding, Instruction | None, Instr
     for b, bp, dp in bound:
         if bp is None or ("baseline", bp.name) not in g.by_name or ("distributed", dp.name) not in g.by_name:
             continue
-        seeds.extend(_binding_seeds(b, g.by_name[("baseline", bp.name)], g.by_name[("distributed", dp.name)]))
+        rank_dims = tuple(dp.shape.dims)
+        seeds.extend(_binding_seeds(b, g.by_name[("baseline", bp.name)], g.by_name[("distributed", dp.name)], rank_dims))
     return seeds
 
 
-def _binding_seeds(b: Binding, bg: int | str, dg: int | str) -> list[str]:
+def _binding_seeds(b: Binding, bg: int | str, dg: int | str, rank_dims: tuple[int, ...] = ()) -> list[str]:
     """The facts an input binding states, for baseline node bg and distributed node dg."""
     rel, seeds = b.relation, []
     if rel.kind == "duplicate":
@@ -248,6 +249,12 @@ def _binding_seeds(b: Binding, bg: int | str, dg: int | str) -> list[str]:
         seeds.append(f'(sharded (N {bg}) (N {dg}) {rel.dim} "{",".join(map(str, rel.blocks))}")')
     elif rel.kind == "partial":
         seeds.append(f'(partial (N {bg}) (N {dg}) "{rel.op}")')
+    elif rel.kind == "grouped":
+        # rules/kvgroups.egg: rank r holds its group's whole block (o = 0), no tail.
+        seeds.append(f"(kvg (N {bg}) (N {dg}) {rel.dim} {rank_dims[rel.dim or 0]} 1 {rel.head_groups} 0)")
+    elif rel.kind == "padded" and rel.head_groups > 1:
+        # rules/kvgroups.egg: each group zero-padded at its tail and split over its ranks (o = 1).
+        seeds.append(f"(kvg (N {bg}) (N {dg}) {rel.dim} {rel.width} 1 {rel.head_groups} 1)")
     elif rel.kind == "padded":
         # rules/padded.egg: zero-padded (z = 1), rank r holds [r·width, r·width + width).
         if len(rel.blocks) > 1:
@@ -445,7 +452,7 @@ def _prepare_views(g: Graphs, names: dict[str, list[str]], sides: dict[str, part
             # Only the distributed side is read here: its integer range still holds.
             seeds.extend(range_seeds(b, None, pos[("distributed", dp.name)]))
             continue
-        seeds.extend(_binding_seeds(b, pos[("baseline", bp.name)], pos[("distributed", dp.name)]))
+        seeds.extend(_binding_seeds(b, pos[("baseline", bp.name)], pos[("distributed", dp.name)], tuple(dp.shape.dims)))
     mentioned: set[str] = set()
 
     def b_local(m: int) -> str | None:

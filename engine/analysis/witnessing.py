@@ -62,6 +62,10 @@ def relations_doc(spec: RelationSpec) -> dict[str, Any]:
                 e["blocks"] = list(b.relation.blocks)
         if b.relation.kind == "partial":
             e["op"] = b.relation.op
+        if b.relation.kind == "grouped":
+            e["dim"], e["head_groups"] = b.relation.dim, b.relation.head_groups
+        if b.relation.kind == "padded" and b.relation.head_groups > 1:
+            e["head_groups"] = b.relation.head_groups
         if b.relation.kind == "padded":
             e["dim"], e["width"] = b.relation.dim, b.relation.width
             if b.relation.blocks:

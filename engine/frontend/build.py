@@ -678,7 +678,11 @@ def _relations(request: BuildRequest, decl: Model, plan: Plan, base: Side, dist:
         if b is None:
             raise DeclarationError(f"parameter {name!r} is used per rank but not by the baseline; the two programs must compute the same function")
         fields = [f"relation: {rel.relation}"]
-        if rel.relation == "padded":
+        if rel.relation == "grouped":
+            fields += [f"dim: {rel.dim}", f"head_groups: {rel.head_groups}"]
+        if rel.relation == "padded" and rel.head_groups > 1:
+            fields += [f"dim: {rel.dim}", f"width: {rel.width}", f"head_groups: {rel.head_groups}"]
+        elif rel.relation == "padded":
             fields += [f"dim: {rel.dim}", f"width: {rel.width}"] if not rel.blocks else [f"dim: {rel.dim}", f"blocks: {json.dumps(list(rel.blocks))}", f"width: {json.dumps(list(rel.widths))}"]
         if rel.relation == "sharded":
             fields.append(f"dim: {rel.dim}")

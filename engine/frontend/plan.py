@@ -59,6 +59,7 @@ class Style:
     blocks: tuple[int, ...] = ()
     padded: bool = False
     widths: tuple[int, ...] = ()  # padded with blocks: each block's per-rank width
+    head_groups: int = 1  # GQA.REPLICATE_TO_TP_DEGREE: K groups, c/K ranks each (relation_for)
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,13 @@ class ParamRelation:
     # FSDP on top (DTensor: Shard(d) over a mesh dim that is not the model's groups): each
     # device holds its rank's value cut in len(group) blocks along dim, gathered over these groups.
     gathered: tuple[int, tuple[tuple[int, ...], ...]] | None = None
+    head_groups: int = 1  # grouped / padded within K head groups (rules/kvgroups.egg)
 
     def describe(self) -> str:
+        if self.relation == "grouped":
+            return f"grouped along dim {self.dim} in {self.head_groups} head groups (each block on c/{self.head_groups} ranks)"
+        if self.relation == "padded" and self.head_groups > 1:
+            return f"padded along dim {self.dim} within {self.head_groups} head groups to width {self.width} per rank"
         if self.relation == "padded":
             if self.blocks:
                 return f"padded along dim {self.dim} in blocks {list(self.blocks)} to widths {list(self.widths)} per rank"
@@ -98,9 +104,15 @@ def parse_style(key: str, value: Any) -> Style:
             raise PlanError(key, f"expected one of {', '.join(_STYLES)} or {{shard: DIM}}, got {value!r}")
         return Style(value)
     if isinstance(value, Mapping):
-        extra = set(value) - {"style", "shard", "blocks", "padded", "width"}
+        extra = set(value) - {"style", "shard", "blocks", "padded", "width", "head_groups"}
         if extra:
-            raise PlanError(key, f"unknown key {sorted(extra)[0]!r}; expected style, shard, blocks, padded, width")
+            raise PlanError(key, f"unknown key {sorted(extra)[0]!r}; expected style, shard, blocks, padded, width, head_groups")
+        # head_groups K (neuronx-distributed-inference's GQA.REPLICATE_TO_TP_DEGREE): without
+        # padded, rank r holds block floor(r·K/c) of K (KV heads replicated to the degree); with
+        # padded, each of the K groups is padded at its tail and split over its c/K ranks.
+        hg = value.get("head_groups", 1)
+        if not isinstance(hg, int) or isinstance(hg, bool) or hg < 1 or ("head_groups" in value and value.get("blocks")):
+            raise PlanError(key, f"head_groups: expected the number of KV head groups (a positive integer, without blocks), got {hg!r}")
         padded = value.get("padded", False)
         if not isinstance(padded, bool):
             raise PlanError(key, f"padded: expected true or false, got {padded!r}")
@@ -118,11 +130,11 @@ def parse_style(key: str, value: Any) -> Style:
             dim = value["shard"]
             if not isinstance(dim, int) or isinstance(dim, bool) or dim < 0:
                 raise PlanError(key, f"shard: expected a dimension >= 0, got {dim!r}")
-            return Style("shard", dim, tuple(blocks), padded, tuple(widths))
+            return Style("shard", dim, tuple(blocks), padded, tuple(widths), hg)
         style = parse_style(key, value["style"])
-        if (blocks or padded) and style.kind in ("replicate", "sequence_parallel", EXPERT_LIST):
+        if (blocks or padded or hg > 1) and style.kind in ("replicate", "sequence_parallel", EXPERT_LIST):
             raise PlanError(key, f"{'blocks' if blocks else 'padded'} apply to a sharded style, not {style.kind}")
-        return Style(style.kind, style.dim, tuple(blocks), padded, tuple(widths))
+        return Style(style.kind, style.dim, tuple(blocks), padded, tuple(widths), hg)
     raise PlanError(key, f"expected a style name or a mapping, got {value!r}")
 
 
@@ -257,6 +269,8 @@ def relation_for(
         return ParamRelation("duplicate", source=key)
     if dim >= len(full):
         raise PlanError(key, f"{param!r} has {len(full)} dim(s); {style.kind} shards dim {dim}")
+    if style.head_groups > 1:
+        return _head_groups(key, param, style, dim, full, local, c)
     if style.padded:
         w = local[dim] if len(local) == len(full) else 0
         want_other = tuple(n for i, n in enumerate(full) if i != dim)
@@ -305,3 +319,21 @@ def _padded_blocks(key: str, param: str, style: Style, dim: int, n: int, w: int,
             f"{param!r}: blocks {list(blocks)} padded to widths {list(widths)} per rank need widths of at least {[-(-b // c) for b in blocks]} summing to the rank's extent along dim {dim}, which is {w}",
         )
     return ParamRelation("padded", dim, tuple(blocks), key, w, tuple(widths))
+
+
+def _head_groups(key: str, param: str, style: Style, dim: int, full: tuple[int, ...], local: tuple[int, ...], c: int) -> ParamRelation:
+    """K head groups along dim over c ranks (c/K per group, rank r in group floor(r·K/c)):
+    ``grouped`` (each rank its group's whole block: KV heads replicated to the degree) or, with
+    padded, ``padded`` within the groups (each group padded at its tail, split over its ranks)."""
+    k = style.head_groups
+    others_ok = len(local) == len(full) and all(a == b for i, (a, b) in enumerate(zip(full, local, strict=True)) if i != dim)
+    if c % k or full[dim] % k or not others_ok:
+        raise PlanError(key, f"{param!r}: {k} head groups along dim {dim} over {c} ranks need c and the baseline's {full[dim]} to divide by {k}, and the ranks to hold the baseline's extents elsewhere ({list(full)}); the distributed module holds {list(local)}")
+    n, w = full[dim] // k, local[dim]
+    if not style.padded:
+        if w != n:
+            raise PlanError(key, f"{param!r} is grouped in {k} head groups along dim {dim}: each rank holds its group's whole block of {n}, but the distributed module holds {list(local)}")
+        return ParamRelation("grouped", dim, (), key, head_groups=k)
+    if (c // k) * w < n:
+        raise PlanError(key, f"{param!r} is padded within {k} head groups along dim {dim}: the {c // k} ranks of a group hold w >= {-(-n // (c // k))} each of its {n}, but the distributed module holds {list(local)}")
+    return ParamRelation("padded", dim, (), key, w, head_groups=k)

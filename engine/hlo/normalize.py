@@ -506,6 +506,13 @@ def unmerge_batch_dots(comp: Computation) -> Computation:
             rsrc = _split_leading(rhs, lsrc.shape.dims[:2])
         elif rsrc is not None and lsrc is None and rhs.opcode == "reshape" and not _repeat_merge(rsrc):
             lsrc = _split_leading(lhs, rsrc.shape.dims[:2])
+        # A merge whose reshape also folded a reshape before it (the source has more dims than
+        # (a, b, rest): repeat_kv's merge of (kv, n) then of (batch, heads), folded into one)
+        # is split by the other operand's two leading dims like a plain tensor.
+        if lsrc is not None and rsrc is not None and _fits(lsrc, lhs) and not _fits(rsrc, rhs) and rhs.opcode == "reshape" and not _repeat_merge(rsrc):
+            rsrc = _split_leading(rhs, lsrc.shape.dims[:2])
+        elif lsrc is not None and rsrc is not None and _fits(rsrc, rhs) and not _fits(lsrc, lhs) and lhs.opcode == "reshape" and not _repeat_merge(lsrc):
+            lsrc = _split_leading(lhs, rsrc.shape.dims[:2])
         if lsrc is None or rsrc is None:
             out.append(ins)
             continue
@@ -557,6 +564,12 @@ def _merge_source(op: Instruction, by: dict[str, Instruction]) -> Instruction | 
     moved.parsed = dict(op.parsed, dimensions=new_perm)
     moved.attrs = {k: v for k, v in op.attrs.items() if k != "dimensions"}
     return moved
+
+
+def _fits(src: Instruction, op: Instruction) -> bool:
+    """``src`` is (a, b, rest) with a·b = op's dim 0 and rest op's other dims."""
+    sd, od = src.shape.dims, op.shape.dims
+    return len(sd) == len(od) + 1 and bool(od) and sd[0] * sd[1] == od[0] and sd[2:] == od[1:]
 
 
 def _repeat_merge(src: Instruction) -> bool:

@@ -15,6 +15,10 @@ inputs. ``inputs`` entries (parameter number, or name with or without ``%``):
   c·width elements, and rank r gets elements [r·width, (r+1)·width) of that; with ``blocks``
   (``width`` one per block) each block is padded so on its own and rank r gets its piece of
   every block, in block order (a fused QKV weight whose heads do not divide over the ranks);
+  with ``head_groups`` K dim is K equal groups, each padded on its own to (c/K)·width and
+  split over its c/K ranks (rank r in group floor(r·K/c));
+- ``grouped`` (``dim``, ``head_groups`` K): rank r gets block floor(r·K/c) of K equal blocks
+  along ``dim`` (KV heads replicated to the group size);
 - ``rank`` (distributed only): integer scalar holding the rank's index in its group;
 - ``token`` (distributed only): torch-xla's collective token, 0 at program start;
 - ``partial`` (``op``: ``add`` (default), ``max`` or ``min``): rank r gets a random piece and
@@ -57,7 +61,7 @@ import numpy as np
 
 from .runtime import Param, Program
 
-INPUT_RELATIONS = ("duplicate", "sharded", "rank", "partial", "token", "padded")
+INPUT_RELATIONS = ("duplicate", "sharded", "rank", "partial", "token", "padded", "grouped")
 EDGE_SEEDS_FROM = 1000
 
 
@@ -236,6 +240,20 @@ def padded_pieces(x: np.ndarray, dim: int, c: int, width: Any, what: str, blocks
     return [np.take(full, range(r * width, (r + 1) * width), axis=dim) for r in range(c)]
 
 
+def group_pieces(x: np.ndarray, dim: int, c: int, k: int, width: Any, what: str) -> list[np.ndarray]:
+    """Rank r's piece of x in K = ``k`` head groups along dim (rank r in group floor(r·K/c)):
+    its group's whole block (``width`` None: KV heads replicated to the group size), or its
+    piece [(r mod c/K)·width, ...) of its group zero-padded at the tail to (c/K)·width."""
+    if k < 1 or c % k or x.shape[dim] % k:
+        raise ValueError(f"{what}: {k} head groups do not divide c={c} and dim {dim} of size {x.shape[dim]}")
+    q = c // k
+    groups = np.split(x, k, axis=dim)
+    if width is None:
+        return [groups[r // q] for r in range(c)]
+    per = [padded_pieces(gx, dim, q, width, f"{what} group {g}") for g, gx in enumerate(groups)]
+    return [per[r // q][r % q] for r in range(c)]
+
+
 def partial_pieces(rng: np.random.Generator, base: np.ndarray, c: int, op: str) -> list[np.ndarray]:
     dt = base.dtype
     if dt.kind == "b":
@@ -381,6 +399,8 @@ def make_group_inputs(base: Program, dist: Program, relations: dict[str, Any], g
                     pieces = [x] * c
                 elif rel == "sharded":
                     pieces = split(x, norm_dim(e.get("dim"), x.ndim, f"inputs[{k}]"), c, e.get("blocks"), f"inputs[{k}]")
+                elif rel == "grouped" or (rel == "padded" and int(e.get("head_groups", 1)) > 1):
+                    pieces = group_pieces(x, norm_dim(e.get("dim"), x.ndim, f"inputs[{k}]"), c, int(e.get("head_groups", 1)), e.get("width") if rel == "padded" else None, f"inputs[{k}]")
                 elif rel == "padded":
                     pieces = padded_pieces(x, norm_dim(e.get("dim"), x.ndim, f"inputs[{k}]"), c, e.get("width"), f"inputs[{k}]", e.get("blocks"))
                 else:

@@ -26,6 +26,7 @@ The plan says how the weights are held: ``Wqkv`` is ``colwise`` padded in blocks
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -103,4 +104,84 @@ def attention(ctx: BuildContext) -> Model:
         distributed=distributed,
         inputs=[Input("x", (2, 4, hidden))],
         plan={"Wqkv.weight" if ctx.variant in ("head_leak", "bias_repeat") else "Wqkv": fused, "o_proj": {"style": "rowwise", "padded": True}},
+    )
+
+
+# ---- GQA with KV heads replicated to the degree (GQA.REPLICATE_TO_TP_DEGREE) ----------------
+#
+# neuronx-distributed-inference's default strategy when the degree c is a multiple of the KV
+# head count K (``determine_sharding_strategy``): ``get_shardable_head_counts`` pads the query
+# heads to a multiple of c and makes the KV heads c, one per rank; the checkpoint hook
+# ``replicate_kv`` repeats each KV head c/K times (``repeat_interleave``), so rank r holds KV
+# head floor(r·K/c), and ``maybe_pad_interleaved`` pads the query heads *within each KV group*
+# (group g's Q/K heads, then (Q_pad - Q)/K zero heads), so the c/K ranks of group g split the
+# group's padded heads and every query head meets its own KV head. The output projection's
+# columns are padded the same way (zeros). Plan: q_proj ``padded`` within K ``head_groups``,
+# k_proj / v_proj ``head_groups`` (grouped: each rank its group's block), o_proj rowwise padded
+# within the groups. Variants:
+#
+# - ``kv_tail`` (bug): the query heads padded at the tail (CONVERT_TO_MHA's q layout) while the
+#   KV heads are replicated per rank (REPLICATE_TO_TP_DEGREE's): with 6 query heads over 2 KV
+#   heads at TP 4, rank 1 holds query heads 2 and 3 but only KV head 0, so head 3 attends with
+#   the wrong keys;
+# - ``kv_sum`` (bug): each rank adds its KV head's mean value to its partial output before the
+#   all-reduce (a residual through v meant once per KV head): the replicated KV heads are
+#   summed c/K times.
+
+
+def repeat_kv(t: torch.Tensor, n: int) -> torch.Tensor:
+    """(b, kv, s, hd) -> (b, kv·n, s, hd), each KV head n times in a row (Llama's repeat_kv,
+    as neuronx-distributed-inference's attention base expands K/V for its query heads)."""
+    b, kv, s, hd = t.shape
+    return t[:, :, None, :, :].expand(b, kv, n, s, hd).reshape(b, kv * n, s, hd)
+
+
+class ReplicatedKVAttention(torch.nn.Module):
+    def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, tp: int, variant: str | None = None) -> None:
+        super().__init__()
+        self.hd, self.tp, self.variant = head_dim, tp, variant
+        if tp == 1:
+            self.q_local, self.kv_local = heads, kv_heads
+        else:
+            assert tp % kv_heads == 0, "REPLICATE_TO_TP_DEGREE needs the degree to be a multiple of the KV heads"
+            self.q_local, self.kv_local = padded_heads(heads, tp) // tp, 1
+        self.q_proj = torch.nn.Linear(hidden, self.q_local * head_dim, bias=False)
+        self.k_proj = torch.nn.Linear(hidden, self.kv_local * head_dim, bias=False)
+        self.v_proj = torch.nn.Linear(hidden, self.kv_local * head_dim, bias=False)
+        self.o_proj = torch.nn.Linear(self.q_local * head_dim, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        hd, w, kv = self.hd, self.q_local, self.kv_local
+        q = self.q_proj(x).view(b, s, w, hd).transpose(1, 2)
+        k = self.k_proj(x).view(b, s, kv, hd).transpose(1, 2)
+        v = self.v_proj(x).view(b, s, kv, hd).transpose(1, 2)
+        # Every local query head reads the KV head of its group: the rank's one head (its query
+        # heads were padded within that group), the baseline's head h // (heads / kv).
+        k, v = repeat_kv(k, w // kv), repeat_kv(v, w // kv)
+        scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(hd)  # BUG-SITE: kv_tail
+        probs = torch.softmax(scores.float(), dim=-1).type_as(q)
+        ctx = torch.matmul(probs, v).transpose(1, 2).reshape(b, s, w * hd)
+        out = self.o_proj(ctx)
+        if self.variant == "kv_sum":
+            out = out + v.mean(dim=1)[:, :, :1].expand(b, s, out.shape[-1])  # BUG-SITE: kv_sum
+        if self.tp > 1:
+            dist.all_reduce(out)
+        return out
+
+
+def replicated_kv(ctx: BuildContext) -> Model:
+    hidden, heads, kv_heads, head_dim = ctx.knob("hidden", 16), ctx.knob("heads", 6), ctx.knob("kv_heads", 2), ctx.knob("head_dim", 4)
+    baseline = ReplicatedKVAttention(hidden, heads, kv_heads, head_dim, 1, ctx.variant)
+
+    def distributed(rank: int) -> ReplicatedKVAttention:
+        return ReplicatedKVAttention(hidden, heads, kv_heads, head_dim, ctx.tp, ctx.variant)
+
+    q_layout: dict[str, Any] = {"style": "colwise", "padded": True} if ctx.variant == "kv_tail" else {"style": "colwise", "padded": True, "head_groups": kv_heads}
+    o_layout: dict[str, Any] = {"style": "rowwise", "padded": True} if ctx.variant == "kv_tail" else {"style": "rowwise", "padded": True, "head_groups": kv_heads}
+    return Model(
+        baseline=baseline,
+        distributed=distributed,
+        inputs=[Input("x", (2, 4, hidden))],
+        plan={"q_proj": q_layout, "k_proj": {"style": "colwise", "head_groups": kv_heads}, "v_proj": {"style": "colwise", "head_groups": kv_heads}, "o_proj": o_layout},
     )

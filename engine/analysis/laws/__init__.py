@@ -59,6 +59,7 @@ from . import (
     fsdpslice,
     gatherbatch,
     gathercat,
+    kvgroups,
     labelmove,
     layout,
     microbatch,
@@ -171,6 +172,7 @@ FAMILIES: list[Family] = [
     Family("takealong", "takealong.egg", takealong.TABLES, takealong.OPCODES, takealong.instruction_rows, takealong.graph_rows),  # xgb: crossentropy; shifted, outside, clamped: slicing
     Family("tuplerows", "tuplerows.egg", tuplerows.TABLES, tuplerows.OPCODES, tuplerows.instruction_rows),  # sharded, dup: core
     Family("splitscatter", "splitscatter.egg", splitscatter.TABLES, splitscatter.OPCODES, splitscatter.instruction_rows),  # reducescatter, partial: core
+    Family("kvgroups", "kvgroups.egg", kvgroups.TABLES, walk=kvgroups.walk),  # repeated: slicing; dup, partial: core
 ]
 
 
