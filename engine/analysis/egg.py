@@ -115,6 +115,9 @@ class Form:
     needs: frozenset[str] = frozenset()
     reads: frozenset[str] = frozenset()  # a rule: every relation its query reads
     writes: frozenset[str] = frozenset()  # a rule: every relation its actions name
+    # A rule naming (as a variable) something a later file declares: egglog refuses it once that
+    # declaration is loaded, so it is never left out to be loaded later.
+    early: bool = False
 
 
 @dataclass(frozen=True)
@@ -219,6 +222,15 @@ def _program(rule_files: tuple[str, ...], off: frozenset[str], read: Callable[[s
         writes = frozenset(a for a in acts if a in declared) or frozenset({""})
         forms[i] = dataclasses.replace(forms[i], needs=reads & inputs, reads=reads, writes=writes)
     free = frozenset(declared - written - inputs) | (facts & declared) | {""}
+    later: set[str] = set()
+    for i in range(len(forms) - 1, -1, -1):
+        f = forms[i]
+        # Every word (comments and strings too: at worst a rule loads always) by str methods,
+        # ~10x faster than a tokenizing pattern.
+        if f.writes and later and not later.isdisjoint(f.text.replace("(", " ").replace(")", " ").split()):
+            forms[i] = dataclasses.replace(f, early=True)
+        elif not f.writes and f.text[1:].split(None, 1)[0] in _DECLARATIONS:
+            later.add(f.text[1:].split(None, 2)[1])
     return Program(tuple(forms), inputs, frozenset(declared), free)
 
 
@@ -253,8 +265,9 @@ class Session:
         self._left: list[int] = []  # indices of the rules left out, in load order
         try:
             keep = None if self.present is None else self._program.loadable(self.present)
-            self._left = [i for i, f in enumerate(self._program.forms) if keep is not None and f.writes and i not in keep]
-            self._load(i for i in range(len(self._program.forms)) if keep is None or not self._program.forms[i].writes or i in keep)
+            self._left = [i for i, f in enumerate(self._program.forms) if keep is not None and f.writes and not f.early and i not in keep]
+            left = set(self._left)
+            self._load(i for i in range(len(self._program.forms)) if i not in left)
         except BaseException:
             self.close()
             raise
