@@ -107,6 +107,31 @@ def test_a_plus_inf_fill_is_not_a_masking_fill() -> None:
     assert judge(plus).verdict != "verified"
 
 
+def _log_mask(text: str) -> str:
+    """The bias form's mask * fill replaced by log((1 - mask) + 0 * scores): 0 where a key is
+    kept, -inf where masked, on every input - though it reads the scores."""
+    def rep(m: re.Match[str]) -> str:
+        pre, t = m.group(1), f"f32[{m.group(2)}]"
+        return (f"  %{pre}one = {t} broadcast(f32[] %{pre}f1c), dimensions={{}}\n  %{pre}kq = {t} subtract({t} %{pre}one, {t} %{pre}cv)\n"
+                f"  %{pre}zb = {t} broadcast(f32[] %{pre}f0c), dimensions={{}}\n  %{pre}zs = {t} multiply({t} %{pre}sc, {t} %{pre}zb)\n"
+                f"  %{pre}ar = {t} add({t} %{pre}kq, {t} %{pre}zs)\n  %{pre}bi = {t} log({t} %{pre}ar)")
+    text = re.sub(r"  %(\w*)bi = f32\[([\d,]+)\] multiply\(f32\[[\d,]+\] %\1cv, f32\[[\d,]+\] %\1fb\)", rep, text)
+    return re.sub(r"(  %(\w*)f = f32\[\] constant\([^)]*\)\n)", lambda m: m.group(1) + f"  %{m.group(2)}f1c = f32[] constant(1)\n  %{m.group(2)}f0c = f32[] constant(0)\n", text)
+
+
+def test_an_input_dependent_value_that_is_minus_inf_on_every_input_is_not_finite() -> None:
+    # log((1 - mask) + 0 * s) reads the scores yet is -inf wherever the mask drops a key, on every
+    # input: with it as the bias, a ring started off the diagonal is NaN on rank 0. Its blocks
+    # all relate; only the finiteness of the scores was wrong (it was verified before log, sqrt,
+    # exp, division by a non-literal ... were taken as possibly non-finite).
+    pytest.importorskip("jax")
+    p = _draw("bias", "fill -1e+09", "defect sendfirst", "4 steps")
+    q = Program(p.family, p.form + ", log mask", _log_mask(p.baseline), _log_mask(p.distributed), p.relations)
+    assert q.distributed.count(" log(") == 4 and q.baseline.count(" log(") == 1
+    j = judge(q)
+    assert j.equal is False and j.verdict != "verified", (j.verdict, j.detail)
+
+
 def test_mask_added_as_a_bias_verifies() -> None:
     # scores + f32(keys after the query) * finfo.min (the ringattention package's form): the
     # bias's blocks meet the scores' blocks pointwise; finite, so no liveness is needed.

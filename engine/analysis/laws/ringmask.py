@@ -17,6 +17,9 @@ cover (it would exclude every input):
   bound checked against the type's largest finite value: finfo(f32).min rounded to bf16, a
   product of huge literals, an s32 iota converted to f16 are not finite); anything else on
   literals only (log(0), 1/0, exp) has no bound;
+- an input-dependent value computed by log, sqrt, rsqrt, power, exp, remainder, atan2 or a
+  division by anything but a non-zero literal: log(0 * s + mask) is -inf wherever the mask is 0
+  on every input, which the model's per-input exclusion cannot cover;
 - any value with such an operand (-inf + x, select(m, x, -inf), max(x, -inf) ...).
 - an input-dependent value whose literal parts add up past the type's largest value (x plus
   finfo.min twice: -inf on every input of moderate size; ``_offset``).
@@ -110,6 +113,30 @@ def _offset(ins: Instruction, ops: list[int], bound: dict[int, Fraction | None],
     return Fraction(0)
 
 
+# Ops that give an infinity or NaN from finite operands (log(0), sqrt(-1), exp(100) ...). On an
+# input-dependent operand that is the same on every input (log(0 * s + mask): -inf wherever the
+# mask is 0) the model's exclusion of such inputs would exclude every input, so their results
+# are not finite by construction.
+UNBOUNDED_OPS = frozenset({"log", "log-plus-one", "sqrt", "rsqrt", "cbrt", "power", "remainder", "exponential", "exponential-minus-one", "atan2"})
+
+
+def _unbounded_op(g: Graphs, ins: Instruction, ops: list[int]) -> bool:
+    if ins.opcode in UNBOUNDED_OPS:
+        return True
+    return ins.opcode == "divide" and not (len(ops) == 2 and _nonzero_literal(g, ops[1]))
+
+
+def _nonzero_literal(g: Graphs, gid: int) -> bool:
+    """A literal, only moved, whose every element is finite and not zero (a divisor)."""
+    n = g.nodes[gid]
+    while n.ins.opcode in MOVES and len(n.operands) == 1:
+        n = g.nodes[n.operands[0]]
+    b = _literal_bound(n.ins) if n.ins.opcode == "constant" else None
+    if b is None:
+        return False
+    return all(read_scalar(n.ins.shape.dtype, t) != 0 for t in (n.ins.literal or "").replace("{", " ").replace("}", " ").replace(",", " ").split())
+
+
 def _literal_bound(ins: Instruction) -> Fraction | None:
     text = ins.literal or ""
     if literal_is_elided(text):
@@ -170,7 +197,8 @@ def graph_rows(rows: dict[str, list[tuple[object, ...]]], g: Graphs) -> None:
             # ring_bias_added_twice_overflows).
             off = offset[n.gid] = _offset(ins, n.operands, bound, offset)
             limit = FLOAT_MAX.get(ins.shape.dtype)
-            tainted[n.gid] = any(tainted[o] for o in n.operands) or (limit is not None and off > Fraction(limit))
+            tainted[n.gid] = any(tainted[o] for o in n.operands) or (limit is not None and off > Fraction(limit)) or (
+                ins.shape.dtype in FLOATS and _unbounded_op(g, ins, n.operands))
     for gid in sorted(wanted):
         if tainted.get(gid) is False:
             rows["rfin"].append((gid,))
