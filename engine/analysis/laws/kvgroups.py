@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from ..graph import Graphs, Node
 
 Rows = dict[str, list[tuple[object, ...]]]
-TABLES = ("km1", "km2", "km2l", "km2r", "km3", "kbn", "kdb", "kdc", "ksum", "kcat")
+TABLES = ("km1", "km2", "km2l", "km2r", "km3", "kbn", "kdb", "kdc", "ksum", "kcat", "krt")
 _RENAME = {"pm1": "km1", "pm2": "km2", "pm2l": "km2l", "pm2r": "km2r", "pm3": "km3", "pbn": "kbn", "pdb": "kdb", "pdc": "kdc", "psum": "ksum", "pcat": "kcat"}
 _TWO_DIMS = ("pdb", "pdc")  # rows (k, dl, dr, w, ...): the width is the fourth field
 
@@ -116,5 +116,40 @@ def walk(rows: Rows, g: Graphs) -> Callable[[Node, str, Sig | None, list[Shape]]
         init = reduce_init_identities(g, node)
         for t in tables:
             t.baseline(sig, node.ins, bool(init) and node.ins.parsed.get("reducer") in init)
+        if node.ins.opcode == "transpose":
+            row = _transposed_repeat(g, node, sig)
+            if row is not None:
+                rows["krt"].append(row)
 
     return visit
+
+
+def _transposed_repeat(g: Graphs, t2: Node, sig2: Sig) -> tuple[object, ...] | None:
+    """krt(kt1, kt2, d0, d1, d2, kp): baseline t2 = transpose_P2(repeat_interleave(t1, R, d1)),
+    t1 = transpose_P1(x) carrying x's dim d0 to d1, t2 carrying d1 to d2. With one query head
+    per rank the rank's repeat is no op and its two transposes are one, transpose_P(x') with
+    P[i] = P1[P2[i]] on x' (x's shape with extent 1 at d0): kp is that transpose's signature."""
+    merge = g.nodes[t2.operands[0]]
+    if merge.ins.opcode != "reshape" or not merge.operands:
+        return None
+    bc = g.nodes[merge.operands[0]]
+    if bc.ins.opcode != "broadcast" or not bc.operands:
+        return None
+    t1 = g.nodes[bc.operands[0]]
+    if t1.ins.opcode != "transpose" or t1.sig is None or not t1.operands:
+        return None
+    src, rep, out = tuple(t1.ins.shape.dims), tuple(bc.ins.shape.dims), tuple(merge.ins.shape.dims)
+    dims = list(bc.ins.parsed.get("dimensions", []))
+    found = [d for d in range(len(src)) if dims == [*range(d + 1), *range(d + 2, len(src) + 1)] and out == (*src[:d], src[d] * rep[d + 1], *src[d + 1 :])]
+    if len(found) != 1:
+        return None
+    d1 = found[0]
+    p1, p2 = list(t1.ins.parsed.get("dimensions", [])), list(t2.ins.parsed.get("dimensions", []))
+    x_dims = tuple(g.nodes[t1.operands[0]].ins.shape.dims)
+    if sorted(p1) != list(range(len(x_dims))) or sorted(p2) != list(range(len(x_dims))):
+        return None
+    d0, d2 = p1[d1], p2.index(d1)
+    perm = [p1[p2[i]] for i in range(len(x_dims))]
+    xp = _set(x_dims, d0, 1)
+    kp = sig2.with_dims([xp], tuple(xp[i] for i in perm), dimensions=perm).key()
+    return (t1.sig.key(), sig2.key(), d0, d1, d2, kp)
