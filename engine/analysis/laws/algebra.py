@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from ...hlo.literals import INT_BITS, is_int_value
 from ...ir import Instruction, Shape
 from ..signature import Sig
-from .values import FLOAT_PRECISION, I64_MAX, I64_MIN, identity_of, scalar_of
+from .values import FLOAT_PRECISION, I64_MAX, I64_MIN, finite_extremes, identity_of, scalar_of
 
 if TYPE_CHECKING:
     from ..graph import Graphs, Node
@@ -36,20 +36,22 @@ TABLES = ("identlit", "zerolit", "onelit", "falselit", "litint", "litfint", "lit
 
 
 def walk(rows: Rows, g: Graphs) -> object:
+    finite = finite_extremes(g)  # is the lowest finite float an identity of max in this pair?
+
     def visit(node: Node, key: str, sig: Sig | None, opnd: list[Shape]) -> None:
         if sig is None:
-            literal_rows(rows, key, node.ins)
+            literal_rows(rows, key, node.ins, finite)
         else:
             _class_rows(rows, key, node.side, sig, node.ins, opnd)
 
     return visit
 
 
-def literal_rows(rows: Rows, lkey: str, ins: Instruction) -> None:
+def literal_rows(rows: Rows, lkey: str, ins: Instruction, finite: tuple[bool, bool] = (False, False)) -> None:
     """What constant ``ins`` (literal term ``lkey``) is an identity, zero, one, false or
     integer for."""
     value = scalar_of(ins)
-    for op in identity_of(ins, value):
+    for op in identity_of(ins, value, finite):
         rows["identlit"].append((lkey, op))
     if ins.shape.dims == () and (ins.literal or "").strip() == "false":
         rows["falselit"].append((lkey,))

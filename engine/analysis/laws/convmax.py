@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from ...ir import Shape
 from ..signature import make_sig
 from .core import Tables
-from .values import identity_of, scalar_of
+from .values import finite_extremes, identity_of, scalar_of
 
 if TYPE_CHECKING:
     from ..graph import Graphs
@@ -45,7 +45,7 @@ def _identity_literals(g: Graphs) -> dict[tuple[str, str], str]:
     for n in g.nodes:
         if n.ins.opcode != "constant" or n.ins.shape.dims != () or n.ins.shape.dtype not in FLOATS:
             continue
-        for op in identity_of(n.ins, scalar_of(n.ins)):
+        for op in identity_of(n.ins, scalar_of(n.ins), finite_extremes(g)):
             if op in EXTREMES:
                 out.setdefault((n.ins.shape.dtype, op), _literal_key(n.ins, n.gid))
     return out

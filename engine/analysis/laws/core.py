@@ -101,7 +101,7 @@ from ..ops import (
 )
 from ..scatter import scatter_group_factors
 from ..signature import Dims, Sig, gscale, prod, scale
-from .values import identity_of, index_select_dim, scalar_of
+from .values import finite_extremes, identity_of, index_select_dim, scalar_of
 
 if TYPE_CHECKING:
     from ..graph import Graphs, Node
@@ -151,7 +151,7 @@ def reduce_init_identities(g: Graphs, node: Node) -> list[str]:
     if node.ins.opcode != "reduce" or len(node.operands) != 2:
         return []
     init = g.nodes[node.operands[1]].ins
-    return identity_of(init, scalar_of(init))
+    return identity_of(init, scalar_of(init), finite_extremes(g))
 
 
 def group_factors(g: Graphs) -> list[int]:

@@ -7,10 +7,15 @@ counts exactly, which int converts keep every value, and the shapes of index_sel
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from ...hlo.literals import FLOAT_MAX, INT_BITS, int_range, scalar_value
 from ...hlo.parser import literal_is_elided
-from ...ir import Instruction
+from ...ir import Instruction, Module
+
+if TYPE_CHECKING:
+    from ..graph import Graphs
+    from ..ranges import Ranges
 
 I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1  # the range of egglog's i64 column
 
@@ -27,11 +32,12 @@ def scalar_of(ins: Instruction) -> int | float | None:
     return None if isinstance(v, bool) else v
 
 
-def identity_of(ins: Instruction, value: int | float | None) -> list[str]:
+def identity_of(ins: Instruction, value: int | float | None, finite: tuple[bool, bool] = (True, True)) -> list[str]:
     """Reducers this scalar literal is an identity of, compared exactly. For floats the lowest
-    finite value counts for max (and the highest for min): torch lowers amax with it, and it is
-    the identity on finite inputs. For ints the type's minimum is the identity of max and its
-    maximum that of min (torch's amin/amax on s64 start from them)."""
+    finite value counts for max (and the highest for min) when ``finite`` says so (its first
+    item for max, its second for min; see finite_extremes): torch lowers amax with it, and it is
+    the identity wherever no -inf (+inf) meets a max (min). For ints the type's minimum is the
+    identity of max and its maximum that of min (torch's amin/amax on s64 start from them)."""
     if value is None or ins.shape.dims != ():
         return []
     dtype = ins.shape.dtype
@@ -47,11 +53,221 @@ def identity_of(ins: Instruction, value: int | float | None) -> list[str]:
         if value == hi:
             out.append("min")
     elif dtype in FLOAT_MAX:
-        if value == -math.inf or value == -FLOAT_MAX[dtype]:
+        if value == -math.inf or (finite[0] and value == -FLOAT_MAX[dtype]):
             out.append("max")
-        if value == math.inf or value == FLOAT_MAX[dtype]:
+        if value == math.inf or (finite[1] and value == FLOAT_MAX[dtype]):
             out.append("min")
     return out
+
+
+# Ops through which a value's infinities pass element by element, each from one operand.
+_INF_MOVES = frozenset({"broadcast", "reshape", "transpose", "copy", "bitcast", "slice", "concatenate", "pad", "select",
+                        "dynamic-slice", "dynamic-update-slice", "gather", "reverse", "add", "all-gather", "all-to-all",
+                        "collective-permute", "get-tuple-element", "tuple", "all-reduce", "reduce-scatter"})
+_FLOATS = frozenset({"f16", "bf16", "f32", "f64"})
+# Values computed by another computation (a folded layer's placeholder is a custom-call).
+_OUT_OF_VIEW = frozenset({"custom-call", "fusion", "call", "while", "conditional", "map"})
+# Ops that make no infinity from finite operands (on literals: no overflow to fear).
+_BOUNDED = frozenset({"sine", "cosine", "tanh", "logistic", "abs", "negate", "floor", "ceil", "round-nearest-afz",
+                      "round-nearest-even", "sign", "sqrt", "cbrt", "atan2", "erf", "maximum", "minimum", "clamp"})
+
+
+def finite_extremes(g: Graphs) -> tuple[bool, bool]:
+    """Whether the lowest (highest) finite float is an identity of max (min) in pair ``g``.
+
+    max(x, -FLT_MAX) is x only where x is not -inf. Infinities the inputs make are outside the
+    model (README, Semantics), but a program can hold one on every input: a causal mask
+    ``select(m, s, -inf)``, an elided literal, literal arithmetic that overflows. So each value
+    of both programs gets two flags, "may hold -inf" and "may hold +inf", from those sources:
+    non-finite or elided float literals, float arithmetic on literals alone whose range is not
+    finite (exp(1000), a narrowing convert of FLT_MAX: ranges.py), values computed out of view
+    (a folded layer's placeholder, a call). The flags pass through moves, selects and adds
+    element by element, through max (min) as the op does; exp drops -inf; any other op with a
+    flagged operand may hold either. The lowest finite value (or a fill of it) is an identity of
+    max in the pair only when it never meets a value that may hold -inf in a max, a clamp or a
+    reduce (its init), and no reduce over such values is converted float to float (convmax
+    writes the converted reduce with an identity of the new type); likewise the highest and +inf
+    for min. Both programs together: the rules pair one side's -FLT_MAX with the other's -inf.
+    (tests/soundness_regressions/finite_max_*.) Not traced: a value carried across a segment
+    cut (a boundary parameter is taken as finite; the rules of the producing segment do not
+    know where it is read): tests/soundness_regressions/finite_max_identity_across_a_layer_cut."""
+    got = g.memo.get("finite_extremes")
+    if got is not None:
+        return got  # type: ignore[no-any-return]
+    max_ok = min_ok = True
+    for module in (g.baseline, g.distributed):  # (read from the modules: rows are written before every node exists)
+        mx, mn = _extremes_meet_infinities(module)
+        max_ok, min_ok = max_ok and not mx, min_ok and not mn
+    got = g.memo["finite_extremes"] = (max_ok, min_ok)
+    return got
+
+
+def _extremes_meet_infinities(module: Module) -> tuple[bool, bool]:
+    """(a value that may hold -inf meets a max-like op, one that may hold +inf meets a min-like
+    op) in one program (finite_extremes)."""
+    from ..ranges import Ranges
+
+    instructions = module.entry.instructions
+    seeds = {}  # array literals' exact ranges (ranges.py reads scalar literals only)
+    for ins in instructions:
+        vals = _literal_values(ins) if ins.opcode == "constant" and ins.shape.dims and ins.shape.numel <= 1 << 16 else None
+        if vals:
+            seeds[ins.name] = (min(vals), max(vals))
+    ranges = Ranges(module, seeds)
+    neg: dict[str, bool] = {}
+    pos: dict[str, bool] = {}
+    lit: dict[str, bool] = {}  # computed from literals alone
+    reduced: dict[str, list[str]] = {}  # a reduce (or a reshape of one): the values it reduces
+    shapes = {i.name: i.shape for i in instructions}
+    by = {i.name: i for i in instructions}
+    consts = {i.name: i for i in instructions if i.opcode == "constant"}
+    ext: dict[str, str] = {}  # "lo" / "hi": the type's lowest / highest finite value, or a fill of it
+    max_bad = min_bad = False
+
+    def meets(extremes: list[str], values: list[str]) -> None:
+        nonlocal max_bad, min_bad
+        max_bad = max_bad or ("lo" in extremes and any(neg.get(v, False) for v in values))
+        min_bad = min_bad or ("hi" in extremes and any(pos.get(v, False) for v in values))
+
+    for ins in instructions:
+        name, ops = ins.name, ins.operands
+        dt, op = ins.shape.dtype, ins.opcode
+        # Where a finite extreme meets a value: max(x, e), clamp(e, x, e'), reduce(x, e).
+        if op in ("maximum", "minimum") and len(ops) == 2:
+            meets([ext.get(ops[0], "")], [ops[1]])
+            meets([ext.get(ops[1], "")], [ops[0]])
+        elif op == "clamp" and len(ops) == 3:
+            meets([ext.get(ops[0], ""), ext.get(ops[2], "")], [ops[1]])
+        elif op in ("reduce", "reduce-window") and len(ops) >= 2:
+            half = len(ops) // 2
+            meets([ext.get(o, "") for o in ops[half:]], ops[:half])
+        elif op == "convert" and ops and dt in _FLOATS and reduced.get(ops[0]):
+            meets(["lo", "hi"], reduced[ops[0]])  # convmax: convert(reduce(y)) = reduce(convert(y), identity)
+        if op in ("reduce", "reduce-window") and len(ops) >= 2:
+            reduced[name] = ops[: len(ops) // 2]
+        elif op in ("reshape", "copy", "bitcast") and ops and ops[0] in reduced:
+            reduced[name] = reduced[ops[0]]
+        if op in ("broadcast", "reshape", "copy", "transpose", "slice") and len(ops) == 1 and ops[0] in ext:
+            ext[name] = ext[ops[0]]
+        lit[name] = op in ("constant", "iota") or (op != "parameter" and bool(ops) and all(lit.get(o, False) for o in ops))
+        if op == "constant":
+            if ins.shape.is_tuple or dt not in _FLOATS:
+                continue
+            if literal_is_elided(ins.literal):
+                neg[name] = pos[name] = True
+                continue
+            text = (ins.literal or "").lower()
+            neg[name] = "-inf" in text
+            pos[name] = "inf" in text.replace("-inf", "")
+            v = scalar_value(dt, ins.literal) if ins.shape.dims == () else None
+            if isinstance(v, float) and abs(v) == FLOAT_MAX[dt]:
+                ext[name] = "lo" if v < 0 else "hi"
+            continue
+        if op == "parameter":
+            continue  # an input (finite: README, Semantics), or a segment's boundary (see above)
+        if not ins.shape.is_tuple and dt not in _FLOATS:
+            continue
+        a = [neg.get(o, False) for o in ops]
+        b = [pos.get(o, False) for o in ops]
+        reducer = ins.parsed.get("reducer")
+        src = shapes.get(ops[0]) if ops else None
+        if op == "convert" and src is not None and (not _may_overflow(src.dtype, dt) or _fits(consts.get(ops[0]), dt)):
+            neg[name], pos[name] = any(a), any(b)
+        elif op == "subtract" and len(ops) == 2 and _row_max_of(by.get(ops[1]), ops[0], by):
+            neg[name], pos[name] = a[0], False  # x - max(x) over x's rows: <= 0 (NaN on a row of -inf)
+        elif op == "subtract" and len(ops) == 2:
+            neg[name], pos[name] = a[0] or b[1], b[0] or a[1]
+        elif op in _OUT_OF_VIEW or (lit[name] and op not in _INF_MOVES and op not in _BOUNDED and not _literal_finite(ins, ranges)):
+            neg[name] = pos[name] = True  # computed out of view, or literal arithmetic that may overflow
+        elif op == "maximum" or (op == "reduce" and reducer == "max" and len(ops) == 2):
+            neg[name], pos[name] = all(a), any(b)
+        elif op == "minimum" or (op == "reduce" and reducer == "min" and len(ops) == 2):
+            neg[name], pos[name] = any(a), all(b)
+        elif op == "exponential":
+            neg[name], pos[name] = False, any(b)
+        elif op in _INF_MOVES:
+            neg[name], pos[name] = any(a), any(b)
+        elif any(a) or any(b):
+            neg[name] = pos[name] = True
+    return max_bad, min_bad
+
+
+def _row_max_of(b: Instruction | None, x: str, by: dict[str, Instruction]) -> bool:
+    """``b`` spreads reduce_max(x) back over x's shape along the reduced dims (softmax's
+    x - max(x)): broadcast(reduce(x, dims R), dimensions = the dims not in R), or a broadcast
+    of a reshape of it that only inserts those unit dims."""
+    if b is None or b.opcode != "broadcast" or len(b.operands) != 1 or b.shape != by[x].shape:
+        return False
+    q = by.get(b.operands[0])
+    bd = [int(d) for d in b.parsed.get("dimensions", [])]
+    n = len(b.shape.dims)
+    if q is not None and q.opcode == "reshape" and len(q.operands) == 1 and bd == list(range(n)):
+        r = by.get(q.operands[0])
+        if r is None or r.opcode != "reduce":
+            return False
+        red = [int(d) for d in r.parsed.get("dimensions", [])]
+        keep = tuple(1 if d in red else b.shape.dims[d] for d in range(n))
+        if tuple(q.shape.dims) != keep:
+            return False
+    else:
+        r = q
+        if r is None or r.opcode != "reduce":
+            return False
+        red = [int(d) for d in r.parsed.get("dimensions", [])]
+        if bd != [d for d in range(n) if d not in red]:
+            return False
+    return r.parsed.get("reducer") == "max" and len(r.operands) == 2 and r.operands[0] == x
+
+
+def _literal_finite(ins: Instruction, ranges: Ranges) -> bool:
+    """A float computed from literals alone whose value range (ranges.py: exact literals,
+    interval arithmetic) is finite with room to spare in its type; power (inv_freq =
+    base^(-2i/d) of rotary tables) from its operands' ranges, for a positive base."""
+    dt = ins.shape.dtype
+    if dt not in FLOAT_MAX:
+        return False
+    if ins.opcode == "power" and len(ins.operands) == 2:
+        a, e = (ranges.of(ranges.module.entry[o]) for o in ins.operands)
+        if not (a[0] > 0 and all(math.isfinite(v) for v in (*a, *e))):
+            return False
+        try:
+            corners = [x**y for x in a for y in e]
+        except OverflowError:
+            return False
+        lo, hi = min(corners), max(corners)
+        ranges.memo[ins.name] = (lo, hi)  # (what ranges.py does not compute; its users read it)
+    else:
+        lo, hi = ranges.of(ins)
+    return all(math.isfinite(v) and abs(v) <= FLOAT_MAX[dt] / 2 for v in (lo, hi))
+
+
+def _literal_values(ins: Instruction) -> list[float] | None:
+    """The values of int or float constant ``ins`` printed in full, all finite (else None)."""
+    if ins.shape.is_tuple or literal_is_elided(ins.literal) or (ins.shape.dtype not in FLOAT_MAX and ins.shape.dtype not in INT_BITS):
+        return None
+    try:
+        vals = [float(t) for t in (ins.literal or "").replace("{", " ").replace("}", " ").replace(",", " ").split()]
+    except ValueError:
+        return None
+    return vals if vals and all(math.isfinite(v) for v in vals) else None
+
+
+def _fits(ins: Instruction | None, dst: str) -> bool:
+    """Every value of constant ``ins`` (printed in full) is finite and at most ``dst``'s largest
+    finite value in magnitude, so converting it gives no infinity."""
+    vals = _literal_values(ins) if ins is not None else None
+    return vals is not None and dst in FLOAT_MAX and all(abs(v) <= FLOAT_MAX[dst] for v in vals)
+
+
+def _may_overflow(src: str, dst: str) -> bool:
+    """A convert from ``src`` to float ``dst`` can round a finite value to an infinity: a float
+    narrowed (FLT_MAX rounds to bf16's inf), an int of more than 16 bits into f16."""
+    order = {"f16": 0, "bf16": 1, "f32": 2, "f64": 3}
+    if dst not in order:
+        return False
+    if src in order:
+        return order[dst] < order[src]
+    return dst == "f16" and src in INT_BITS and INT_BITS[src] > 16
 
 
 def iota_exact(dtype: str, n: int) -> bool:
