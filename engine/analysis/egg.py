@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from ..errors import phase
 from . import laws
@@ -260,6 +261,7 @@ class Session:
         self._files = itertools.count()
         # Parsed once: size() runs between every chunk of iterations.
         self._print_size = self.eg.parse_program("(print-size)")
+        self._frozen: dict[str, Any] | None = None
         self._program = program(laws.rule_files() if rule_files is None else tuple(rule_files))
         self.present: frozenset[str] | None = None if present is None else frozenset(present)
         self._left: list[int] = []  # indices of the rules left out, in load order
@@ -307,9 +309,11 @@ class Session:
         """Free the e-graph now, in this thread: egglog's EGraph must not be dropped by another
         thread, and a crash's traceback, read by the main thread, keeps the Session alive."""
         self._tmp.cleanup()
+        self._frozen = None
         self.__dict__.pop("eg", None)
 
     def command(self, form: str) -> list[object]:
+        self._frozen = None
         return self.eg.run_program(*self.eg.parse_program(form))
 
     def load(self, table: str, rows: Iterable[tuple[object, ...]]) -> int:
@@ -378,7 +382,11 @@ class Session:
 
     def rows(self, names: Iterable[str]) -> dict[str, list[list[object]]]:
         """Rows of the named functions/relations, values decoded (e-classes stay opaque)."""
-        frozen = self.eg.freeze().functions
+        # One snapshot of every table until the next command: freezing copies the whole
+        # e-graph, and reading a proof's facts asks for tables five times in a row.
+        if self._frozen is None:
+            self._frozen = self.eg.freeze().functions
+        frozen = self._frozen
         out: dict[str, list[list[object]]] = {}
         for name in names:
             fn = frozen[name]

@@ -29,9 +29,13 @@ class Sig:
     out: tuple[str, Dims]
 
     def key(self) -> str:
-        a = ";".join(f"{k}={v}" for k, v in self.attrs)
-        i = ",".join(f"{t}[{'x'.join(map(str, d))}]" for t, d in self.ins)
-        return f"{self.opcode}|{a}|{i}|{self.out[0]}[{'x'.join(map(str, self.out[1]))}]"
+        # Kept on the (immutable) instance: every law family's hook asks a node's key again.
+        got = self.__dict__.get("_key")
+        if got is None:
+            a = ";".join(f"{k}={v}" for k, v in self.attrs)
+            i = ",".join(f"{t}[{'x'.join(map(str, d))}]" for t, d in self.ins)
+            got = self.__dict__["_key"] = f"{self.opcode}|{a}|{i}|{self.out[0]}[{'x'.join(map(str, self.out[1]))}]"
+        return got
 
     def pointwise_name(self) -> str:
         """The op without its shapes: pointwise ops with equal names compute the same map."""
