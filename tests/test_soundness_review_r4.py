@@ -6,7 +6,8 @@ newest laws, rankint's per-rank evaluation, DP x TP group layouts and infinities
    ``maximum(s, -FLT_MAX)`` taken for s where s = select(m, x, -inf) (rules/rankpos.egg
    extreme-identity), and a reduce-max from -FLT_MAX on the ranks against one from -inf in the
    baseline over -inf-masked rows (rules/partition.egg); the twins with the exact identity -inf
-   verify. Regressions: tests/soundness_regressions/finite_max_*. Open: the same with a layer
+   verify; likewise s = x / 0 (an infinity without an infinite literal). Regressions:
+   tests/soundness_regressions/finite_max_*. Open: the same with a layer
    cut between the mask and the max (finite_max_identity_across_a_layer_cut, strict xfail).
 2. rankint (issue 25 item 2, "exact in the element type"): per-rank values of expressions the
    family's own property test does not draw (unsigned compares above 2^(bits-1), s8 division
@@ -54,7 +55,7 @@ def _load(name: str) -> tuple[str, str, dict[str, Any]]:
 LOWEST = "-3.40282347e+38"
 
 
-@pytest.mark.parametrize("name", ["finite_max_identity_meets_masked_inf", "finite_max_init_against_inf_init"])
+@pytest.mark.parametrize("name", ["finite_max_identity_meets_masked_inf", "finite_max_init_against_inf_init", "finite_max_meets_division_by_zero"])
 def test_finite_extreme_against_masked_inf_not_verified_and_differs(name: str) -> None:
     base, dist, rel = _load(name)
     assert _verdict(base, dist, rel) != "verified"
@@ -65,6 +66,13 @@ def test_finite_extreme_against_masked_inf_not_verified_and_differs(name: str) -
 def test_exact_identity_twin_verifies_and_is_equal(name: str) -> None:
     base, dist, rel = _load(name)
     dist = dist.replace(f"constant({LOWEST})", "constant(-inf)")
+    assert _verdict(base, dist, rel) == "verified"
+    pytest.importorskip("oracle").assert_equal_on_seeds(base, dist, rel)
+
+
+def test_division_by_a_nonzero_literal_keeps_its_proof() -> None:
+    base, dist, rel = _load("finite_max_meets_division_by_zero")
+    base, dist = (t.replace("constant(0)", "constant(2)") for t in (base, dist))
     assert _verdict(base, dist, rel) == "verified"
     pytest.importorskip("oracle").assert_equal_on_seeds(base, dist, rel)
 

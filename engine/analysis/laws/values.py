@@ -173,6 +173,8 @@ def _extremes_meet_infinities(module: Module) -> tuple[bool, bool]:
         src = shapes.get(ops[0]) if ops else None
         if op == "convert" and src is not None and (not _may_overflow(src.dtype, dt) or _fits(consts.get(ops[0]), dt)):
             neg[name], pos[name] = any(a), any(b)
+        elif op == "divide" and len(ops) == 2 and lit.get(ops[1]) and not _nonzero(by[ops[1]], ranges):
+            neg[name] = pos[name] = True  # x / 0: an infinity on every input with x != 0
         elif op == "subtract" and len(ops) == 2 and _row_max_of(by.get(ops[1]), ops[0], by):
             neg[name], pos[name] = a[0], False  # x - max(x) over x's rows: <= 0 (NaN on a row of -inf)
         elif op == "subtract" and len(ops) == 2:
@@ -190,6 +192,12 @@ def _extremes_meet_infinities(module: Module) -> tuple[bool, bool]:
         elif any(a) or any(b):
             neg[name] = pos[name] = True
     return max_bad, min_bad
+
+
+def _nonzero(ins: Instruction, ranges: Ranges) -> bool:
+    """A literal-only divisor whose range (ranges.py) excludes zero."""
+    lo, hi = ranges.of(ins)
+    return bool(lo > 0 or hi < 0)
 
 
 def _row_max_of(b: Instruction | None, x: str, by: dict[str, Instruction]) -> bool:
