@@ -3019,3 +3019,77 @@ def reshapesplit(rng: random.Random) -> Program:
 
 
 FAMILIES["reshapesplit"] = reshapesplit
+
+
+# ---- GQA heads in K groups: KV replicated per group, q padded within each group (rules/kvgroups.egg)
+
+
+def kvgroups(rng: random.Random) -> Program:
+    """neuronx-distributed-inference's GQA.REPLICATE_TO_TP_DEGREE at head granularity: q rows
+    [K·G, h] padded within each of K groups to (c/K)·w and split over the group's ranks
+    (relation padded with head_groups), the KV rows [K, h] one per rank, rank r holding row
+    floor(r·K/c) (grouped). The baseline expands KV by repeat_interleave (a broadcast inserting
+    G after dim 0, merged), the rank its one row W = w times; both are combined with q
+    (multiply keeps q's zero padding, add does not), mapped, then summed over the heads: a reduce,
+    or a dot with an output weight padded like q (all-reduce on the ranks). Defects drawn: the
+    baseline tiles KV (query head h reads KV head h mod K, not h // G), q declared padded at the
+    tail (CONVERT_TO_MHA's layout: the padding interleaved at the wrong group), the replicated
+    KV rows' sum added before the all-reduce (counted c/K times), an all-reduce over other
+    groups."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    t = rng.choice(["f32", "f32", "s32", "s8", "u8"])
+    is_int = t in RANGES
+    k = rng.choice([kk for kk in (2, 4) if c % kk == 0])
+    q = c // k
+    g_heads = rng.randrange(1, 2 * q + 1)
+    w = -(-g_heads // q) + (1 if rng.random() < 0.2 else 0)
+    n, h = k * g_heads, 2
+    combine = rng.choice(["multiply", "multiply", "add"])
+    f = rng.choice(["id", "neg"] + ([] if is_int else ["exp"]))
+    leave = rng.choice(["sum", "dot"])
+    defect = rng.choice(["none"] * 4 + ["tiled", "tailpad", "oversum", "groups"])
+    ar_groups = _other_groups(rng, groups) if defect == "groups" else groups
+
+    def prog(name: str, dist: bool) -> str:
+        rows, kv, rep = (w, 1, w) if dist else (n, k, g_heads)
+        sh, out = f"{t}[{rows},{h}]", f"{t}[{h},{h}]" if leave == "dot" else f"{t}[{h}]"
+        if not dist and defect == "tiled":  # jnp.tile: the copies before the KV heads
+            expand = f"  %kb = {t}[{rep},{kv},{h}] broadcast({t}[{kv},{h}] %xk), dimensions={{1,2}}\n"
+            expand += f"  %ke = {sh} reshape({t}[{rep},{kv},{h}] %kb)\n"
+        else:
+            expand = f"  %kb = {t}[{kv},{rep},{h}] broadcast({t}[{kv},{h}] %xk), dimensions={{0,2}}\n"
+            expand += f"  %ke = {sh} reshape({t}[{kv},{rep},{h}] %kb)\n"
+        body = expand + f"  %y = {sh} {combine}({sh} %xq, {sh} %ke)\n"
+        body += {"id": f"  %z = {sh} copy({sh} %y)\n", "neg": f"  %z = {sh} negate({sh} %y)\n", "exp": f"  %z = {sh} exponential({sh} %y)\n"}[f]
+        body += f"  %zero = {t}[] constant(0)\n"
+        if leave == "dot":
+            body += f"  %l = {out} dot({sh} %z, {sh} %wo), lhs_contracting_dims={{0}}, rhs_contracting_dims={{0}}\n"
+        else:
+            body += f"  %l = {out} reduce({sh} %z, {t}[] %zero), dimensions={{0}}, to_apply=%add\n"
+        if defect == "oversum":  # the KV rows' own sum added on every rank before the reduce
+            body += f"  %ks = {t}[{h}] reduce({t}[{kv},{h}] %xk, {t}[] %zero), dimensions={{0}}, to_apply=%add\n"
+            bs = f"  %kt = {out} broadcast({t}[{h}] %ks), dimensions={{{1 if leave == 'dot' else 0}}}\n"
+            body += bs + f"  %l2 = {out} add({out} %l, {out} %kt)\n"
+        else:
+            body += f"  %l2 = {out} copy({out} %l)\n"
+        if dist:
+            body += f"  ROOT %o = {out} all-reduce({out} %l2), channel_id=1, replica_groups={_groups_text(ar_groups)}, use_global_device_ids=true, to_apply=%add\n"
+        else:
+            body += f"  ROOT %o = {out} copy({out} %l2)\n"
+        return ("HloModule " + name + "\n\n" + _reducer("add", "add", t)
+                + f"\nENTRY %main (xq: {sh}, xk: {t}[{kv},{h}], wo: {sh}) -> {out} {{\n  %xq = {sh} parameter(0)\n  %xk = {t}[{kv},{h}] parameter(1)\n  %wo = {sh} parameter(2)\n"
+                + body + "}\n")
+
+    qrel: dict[str, Any] = {"baseline": 0, "distributed": 0, "relation": "padded", "dim": 0, "width": w, "head_groups": k}
+    if defect == "tailpad" and c * w >= n:
+        qrel = {"baseline": 0, "distributed": 0, "relation": "padded", "dim": 0, "width": w}
+    orel = {**qrel, "baseline": 2, "distributed": 2}
+    ints: dict[str, Any] = {"int_range": [0 if t[0] == "u" else -3, 4]} if is_int else {}
+    rel = {"groups": groups, "inputs": [{**qrel, **ints}, {"baseline": 1, "distributed": 1, "relation": "grouped", "dim": 0, "head_groups": k, **ints}, {**orel, **ints}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    form = f"{t} K={k} groups of {g_heads} heads, width {w} over c={c}, {combine} then {f}, {leave}, defect {defect} (groups {groups})"
+    return Program("kvgroups", form, prog("kv_base", False), prog("kv_dist", True), rel)
+
+
+FAMILIES["kvgroups"] = kvgroups
