@@ -30,6 +30,14 @@ To add a family (graph.py, egg.py and the other families stay untouched):
 
 3. one ``Family(...)`` line below; then a generator in tests/laws/families.py.
 
+What a family costs where it does not apply: nothing of its rules. egg.program reads which
+relations each rule's query needs and which its actions write; a proof loads only the rules
+that can fire from the tables its graph filled (and its seeds), the least fixpoint over the
+rules' writes (egg.Program.loadable). So a family needs no trigger of its own: let its hooks
+write no rows where its laws cannot apply, and its rules read its own tables. Rows of a hook's
+table reach the e-graph through graph.build or a seed only (egg.Session.load refuses rows of a
+table it assumed empty). ``leave_out`` unregisters families (bench/scale.py ``--without``).
+
 Every hook appends tuples to ``rows[table]`` for its own TABLES only; build deduplicates and
 sorts them. Rules-only families (tables filled by an earlier family, or none) register with
 ``()``. Example, the whole of one family: ``git show --stat d0b7832`` (modgroup: rules/modgroup.egg,
