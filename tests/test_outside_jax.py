@@ -63,3 +63,70 @@ def test_bug_twin_is_diverged_at_its_line(results: dict[str, dict[str, object]],
     site = bug_sites([ROOT / "examples/jax/outside.py"], ROOT)[TWINS[name]]
     first = result["divergences"][0]["source"]
     assert (first["file"], first["line"]) == site, (first, site)
+
+
+# ---- engine support the outside programs needed (no law family): jax.lax.top_k, and the psum
+# ---- reducer of a partially manual shard_map, copy(add(p0, p1))
+
+_TOPK = """HloModule {name}
+
+ENTRY %main (x: f32[4,8]) -> (f32[4,2], s32[4,2]) {{
+  %x = f32[4,8] parameter(0)
+  %t = (f32[4,2], s32[4,2]) topk(f32[4,8] %x), k=2, largest={largest}
+  %v = f32[4,2] get-tuple-element((f32[4,2], s32[4,2]) %t), index=0
+  %i = s32[4,2] get-tuple-element((f32[4,2], s32[4,2]) %t), index=1
+  ROOT %o = (f32[4,2], s32[4,2]) tuple(f32[4,2] %v, s32[4,2] %i)
+}}
+"""
+_DUP = {"groups": [[0, 1, 2, 3]], "inputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}],
+        "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}, {"baseline": 1, "distributed": 1, "relation": "duplicate"}]}
+
+
+def _verdict(baseline: str, distributed: str, relations: dict[str, object]) -> str:
+    from shardproof.engine.analysis.verify import verify
+    from shardproof.engine.hlo.parser import parse_hlo
+    from shardproof.engine.relations import parse_relations
+
+    return str(verify(parse_relations(relations, "relations.yaml"), parse_hlo(baseline, "baseline.hlo"), parse_hlo(distributed, "distributed.hlo")).to_json()["verdict"])
+
+
+def test_topk_of_a_duplicate_is_a_duplicate_and_largest_matters() -> None:
+    base = _TOPK.format(name="b", largest="true")
+    assert _verdict(base, _TOPK.format(name="d", largest="true"), _DUP) == "verified"
+    # the smallest two are other values: never the same signature, and the witness tells them apart
+    assert _verdict(base, _TOPK.format(name="d", largest="false"), _DUP) == "diverged"
+
+
+_AR = """HloModule {name}
+
+%sum (a: f32[], b: f32[]) -> f32[] {{
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  %s = f32[] {op}(f32[] %a, f32[] %b)
+  ROOT %c = f32[] copy(f32[] %s)
+}}
+
+ENTRY %main (x: f32[8,4], w: f32[4,6]) -> f32[8,6] {{
+  %x = f32[8,4] parameter(0)
+  %w = f32[4,6] parameter(1)
+  %y = f32[8,6] dot(f32[8,4] %x, f32[4,6] %w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  ROOT %r = f32[8,6] all-reduce(f32[8,6] %y), channel_id=1, replica_groups={{{{0,1,2,3}}}}, use_global_device_ids=true, to_apply=%sum
+}}
+"""
+_BASE_DOT = """HloModule b
+
+ENTRY %main (x: f32[8,16], w: f32[16,6]) -> f32[8,6] {
+  %x = f32[8,16] parameter(0)
+  %w = f32[16,6] parameter(1)
+  ROOT %y = f32[8,6] dot(f32[8,16] %x, f32[16,6] %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+_ROW = {"groups": [[0, 1, 2, 3]], "inputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 1},
+                                             {"baseline": 1, "distributed": 1, "relation": "sharded", "dim": 0}],
+        "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+
+
+def test_a_reducer_returning_a_copy_of_its_add_is_an_add() -> None:
+    assert _verdict(_BASE_DOT, _AR.format(name="d", op="add"), _ROW) == "verified"
+    # copy(maximum(a, b)) is a max, not a sum
+    assert _verdict(_BASE_DOT, _AR.format(name="d", op="maximum"), _ROW) == "diverged"

@@ -222,8 +222,8 @@ def _check_supported(g: Graphs, side: str, ins: Instruction, module: Module) -> 
         # Reducers and comparators are compared by their body text, where two elided
         # literals would read the same.
         unsupported(f"the computation %{callee} it calls has a constant printed as {{...}}, its values left out of the text. {ELIDED_HINT}")
-    if ins.shape.is_tuple and ins.opcode not in ("tuple", "sort") and arg_reducer(module, ins) is None:
-        unsupported("tuple-shaped results are only understood for tuple, sort, split all-reduces and argmax/argmin reduces")
+    if ins.shape.is_tuple and ins.opcode not in ("tuple", "sort", "topk") and arg_reducer(module, ins) is None:
+        unsupported("tuple-shaped results are only understood for tuple, sort, topk, split all-reduces and argmax/argmin reduces")
     reducer = ins.parsed.get("reducer")
     if isinstance(reducer, str) and reducer.startswith("body:") and ins.opcode not in ("reduce", "scatter"):  # scatter: read_scatter below
         unsupported(f"{ins.opcode} with a reducer that is not a plain add/max/min/mul/and/or")

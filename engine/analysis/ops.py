@@ -46,7 +46,7 @@ LEAVES = frozenset({"parameter", "constant", "iota", "replica-id", "partition-id
 
 # sort and get-tuple-element only obey the duplicate law (same op on identical inputs).
 WINDOW = frozenset({"reduce-window"})  # rules/window.egg
-KNOWN = UNARY_POINTWISE | BINARY_POINTWISE | TERNARY_POINTWISE | SHAPE_OPS | STRUCTURED | COLLECTIVES | LEAVES | WINDOW | {"tuple", "sort", "get-tuple-element"}
+KNOWN = UNARY_POINTWISE | BINARY_POINTWISE | TERNARY_POINTWISE | SHAPE_OPS | STRUCTURED | COLLECTIVES | LEAVES | WINDOW | {"tuple", "sort", "topk", "get-tuple-element"}
 
 # Attributes that never change the value an instruction computes. Not here, because they do:
 # is_stable (an unstable sort orders tied keys as it likes), indices_are_sorted and

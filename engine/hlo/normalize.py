@@ -44,6 +44,11 @@ def classify_reducer(comp: Computation) -> str | None:
     """'add', 'max', ... when the computation is ``ROOT op(p0, p1)`` of its two scalar params."""
     params = comp.parameters
     root = comp.root
+    if root.opcode == "copy" and len(root.operands) == 1:
+        # A copy changes no value: JAX's partially manual shard_map writes its psum's reducer as
+        # copy(add(p0, p1)).
+        inner = next((i for i in comp.instructions if i.name == root.operands[0]), None)
+        root = inner if inner is not None else root
     if len(params) != 2 or root.opcode not in REDUCER_OPS:
         return None
     names = {p.name for p in params}

@@ -689,3 +689,156 @@ def remat_scan(ctx: JaxContext) -> JaxModel:
 
     return JaxModel(step, step, mesh, [variables, x], outputs=(P(), variables), rules=rules, group_axes=("model",), gspmd=True,
                     description=f"remat + scan decoder ({n} layers) loss and gradients, TP 4, GSPMD")
+
+
+# ---- a third batch: context parallelism by all-gather, top_k routing, norms and scans written
+# ---- by hand over the ranks, a shard_map manual over one mesh axis only
+
+
+def allgather_cp_attention(ctx: JaxContext) -> JaxModel:
+    """Context parallelism as Llama 3 trains it: queries stay sequence-sharded, keys and values
+    are all-gathered along the sequence, the causal mask compares the rank's query positions
+    (``axis_index * s_local + arange``) with every key position."""
+    s, h, hd, c = ctx.knob("seq", 16), ctx.knob("heads", 2), ctx.knob("head_dim", 8), ctx.knob("tp", 4)
+    mesh = ctx.mesh({"cp": c})
+    bug = ctx.variant
+
+    def attn(q: Any, k: Any, v: Any) -> Any:
+        scores = jnp.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd)
+        causal = jnp.arange(s)[:, None] >= jnp.arange(s)[None, :]
+        p = jax.nn.softmax(jnp.where(causal[None], scores, -jnp.inf), axis=-1)
+        return jnp.einsum("hqk,khd->qhd", p, v)
+
+    def per_device(q: Any, k: Any, v: Any) -> Any:
+        n = q.shape[0]
+        k, v = jax.lax.all_gather(k, "cp", axis=0, tiled=True), jax.lax.all_gather(v, "cp", axis=0, tiled=True)
+        scores = jnp.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd)
+        qpos = jax.lax.axis_index("cp") * n + jnp.arange(n)
+        causal = (qpos[:, None] > jnp.arange(s)[None, :]) if bug == "cp_mask_strict" else (qpos[:, None] >= jnp.arange(s)[None, :])  # BUG-SITE: cp_mask_strict
+        p = jax.nn.softmax(jnp.where(causal[None], scores, -jnp.inf), axis=-1)
+        return jnp.einsum("hqk,khd->qhd", p, v)
+
+    spec = ("cp", None, None)
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P(*spec),) * 3, out_specs=P(*spec), check_vma=False)
+    return JaxModel(attn, dist, mesh, [JaxInput(n, (s, h, hd), spec=spec) for n in ("q", "k", "v")], outputs=[spec],
+                    description=f"all-gather context parallel causal attention, CP {c}")
+
+
+def topk_moe(ctx: JaxContext) -> JaxModel:
+    """MaxText-style dense MoE routing with ``jax.lax.top_k`` (k = 2), softmax over the chosen
+    logits, the experts' weights sharded over 'model' (expert tensor parallel), GSPMD."""
+    t, d, e, f = ctx.knob("tokens", 8), ctx.knob("hidden", 16), ctx.knob("experts", 4), ctx.knob("ffn", 32)
+    mesh = ctx.mesh({"data": 1, "model": 4})
+    bug = ctx.variant
+
+    def experts(x: Any, vals: Any, idx: Any, w1: Any, w2: Any) -> Any:
+        weights = jax.nn.softmax(vals, axis=-1)  # [T, k]
+        gate = jnp.sum(jax.nn.one_hot(idx, e) * weights[..., None], axis=1)  # [T, E]
+        h = jax.nn.silu(jnp.einsum("td,edf->tef", x, w1))
+        return jnp.einsum("tef,efd,te->td", h, w2, gate)
+
+    def moe(x: Any, wg: Any, w1: Any, w2: Any) -> Any:
+        return experts(x, *jax.lax.top_k(x @ wg, 2), w1, w2)
+
+    def dist(x: Any, wg: Any, w1: Any, w2: Any) -> Any:
+        vals, idx = jax.lax.top_k(x @ wg, 1 if bug == "topk_1" else 2)  # BUG-SITE: topk_1
+        return experts(x, vals, idx, w1, w2)
+
+    return JaxModel(moe, dist, mesh, [JaxInput("x", (t, d)), JaxInput("wg", (d, e)), JaxInput("w1", (e, d, f), spec=(None, None, "model")),
+                                      JaxInput("w2", (e, f, d), spec=(None, "model", None))],
+                    group_axes=("model",), gspmd=True, description="top_k (k=2) routed dense MoE, experts' ffn over TP 4, GSPMD")
+
+
+def layernorm_sharded(ctx: JaxContext) -> JaxModel:
+    """LayerNorm over a hidden dim sharded across ranks, two passes as jnp.var computes it: the
+    mean by a psum of sums, the variance by a psum of squared deviations."""
+    t, d, c = ctx.knob("tokens", 8), ctx.knob("hidden", 32), ctx.knob("tp", 4)
+    mesh = ctx.mesh({"tp": c})
+    bug = ctx.variant
+
+    def norm(x: Any, g: Any, b: Any) -> Any:
+        m = jnp.mean(x, axis=-1, keepdims=True)
+        return (x - m) * jax.lax.rsqrt(jnp.var(x, axis=-1, keepdims=True) + 1e-5) * g + b
+
+    def per_device(x: Any, g: Any, b: Any) -> Any:
+        m = jax.lax.psum(jnp.sum(x, axis=-1, keepdims=True), "tp") / d
+        ssd = jax.lax.psum(jnp.sum((x - m) ** 2, axis=-1, keepdims=True), "tp")
+        return (x - m) * jax.lax.rsqrt(ssd / (d - 1 if bug == "ln_unbiased" else d) + 1e-5) * g + b  # BUG-SITE: ln_unbiased
+
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P(None, "tp"), P("tp"), P("tp")), out_specs=P(None, "tp"), check_vma=False)
+    return JaxModel(norm, dist, mesh, [JaxInput("x", (t, d), spec=(None, "tp")), JaxInput("g", (d,), spec=("tp",)), JaxInput("b", (d,), spec=("tp",))],
+                    outputs=[(None, "tp")], description=f"two-pass LayerNorm over a sharded hidden dim, TP {c}")
+
+
+def gelu_exact_mlp(ctx: JaxContext) -> JaxModel:
+    """The TP MLP with the exact (erf) gelu, ``jax.nn.gelu(approximate=False)`` (BERT-style code)."""
+    b, d, f, c = ctx.knob("batch", 8), ctx.knob("hidden", 16), ctx.knob("ffn", 64), ctx.knob("tp", 4)
+    mesh = ctx.mesh({"tp": c})
+
+    def mlp(x: Any, w1: Any, w2: Any) -> Any:
+        return jax.nn.gelu(x @ w1, approximate=False) @ w2
+
+    def per_device(x: Any, w1: Any, w2: Any) -> Any:
+        return jax.lax.psum(mlp(x, w1, w2), "tp")
+
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P(), P(None, "tp"), P("tp", None)), out_specs=P(), check_vma=False)
+    return JaxModel(mlp, dist, mesh, [JaxInput("x", (b, d)), JaxInput("w1", (d, f), spec=(None, "tp")), JaxInput("w2", (f, d), spec=("tp", None))],
+                    description=f"erf-gelu MLP, TP {c}")
+
+
+def minmax_normalize(ctx: JaxContext) -> JaxModel:
+    """Global min-max normalization of a sharded tensor: ``lax.pmin`` and ``lax.pmax`` of the
+    shards' extremes."""
+    n, d, c = ctx.knob("rows", 16), ctx.knob("hidden", 8), ctx.knob("tp", 4)
+    mesh = ctx.mesh({"tp": c})
+    bug = ctx.variant
+
+    def normalize(x: Any) -> Any:
+        return (x - x.min()) / (x.max() - x.min())
+
+    def per_device(x: Any) -> Any:
+        lo, hi = jax.lax.pmin(x.min(), "tp"), jax.lax.pmax(x.max(), "tp")
+        return (x - lo) / ((hi - lo) if bug != "minmax_local_hi" else (x.max() - lo))  # BUG-SITE: minmax_local_hi
+
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P("tp", None),), out_specs=P("tp", None), check_vma=False)
+    return JaxModel(normalize, dist, mesh, [JaxInput("x", (n, d), spec=("tp", None))], outputs=[("tp", None)], description=f"min-max normalization (pmin/pmax), TP {c}")
+
+
+def sp_cumsum(ctx: JaxContext) -> JaxModel:
+    """A prefix sum along a sequence-sharded dim: the local cumsum plus the totals of the ranks
+    before (all_gather of the block totals, masked by ``arange < axis_index``)."""
+    s, d, c = ctx.knob("seq", 16), ctx.knob("hidden", 4), ctx.knob("tp", 4)
+    mesh = ctx.mesh({"sp": c})
+    bug = ctx.variant
+
+    def base(x: Any) -> Any:
+        return jnp.cumsum(x, axis=0)
+
+    def per_device(x: Any) -> Any:
+        totals = jax.lax.all_gather(x.sum(axis=0), "sp")  # [c, d]
+        pos, r = jnp.arange(c)[:, None], jax.lax.axis_index("sp")
+        return jnp.cumsum(x, axis=0) + jnp.sum(jnp.where((pos <= r) if bug == "cumsum_inclusive" else (pos < r), totals, 0), axis=0)  # BUG-SITE: cumsum_inclusive
+
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P("sp", None),), out_specs=P("sp", None), check_vma=False)
+    return JaxModel(base, dist, mesh, [JaxInput("x", (s, d), "int32", spec=("sp", None), int_range=(-50, 50))], outputs=[("sp", None)],
+                    description=f"sequence-parallel cumsum (int32), all_gather of block totals, SP {c}")
+
+
+def partial_manual(ctx: JaxContext) -> JaxModel:
+    """A shard_map manual over 'model' only (``axis_names={'model'}``), the 'data' axis left to
+    the partitioner: the TP MLP inside a jit whose batch is split over 'data'."""
+    b, d, f = ctx.knob("batch", 8), ctx.knob("hidden", 16), ctx.knob("ffn", 64)
+    mesh = ctx.mesh({"data": 2, "model": 2})
+    bug = ctx.variant
+
+    def per_model(x: Any, w1: Any, w2: Any) -> Any:
+        return jax.nn.gelu(x @ w1) @ w2 if bug == "manual_missing_psum" else jax.lax.psum(jax.nn.gelu(x @ w1) @ w2, "model")  # BUG-SITE: manual_missing_psum
+
+    inner = shard_map(per_model, mesh=mesh, in_specs=(P(), P(None, "model"), P("model", None)), out_specs=P(), axis_names={"model"}, check_vma=False)
+
+    def dist(x: Any, w1: Any, w2: Any) -> Any:
+        return inner(x, w1, w2)
+
+    return JaxModel(_mlp, dist, mesh, [JaxInput("x", (b, d), spec=("data", None)), JaxInput("w1", (d, f), spec=(None, "model")),
+                                       JaxInput("w2", (f, d), spec=("model", None))],
+                    outputs=[("data", None)], group_axes=("model",), gspmd=True, description="shard_map manual over 'model' only inside jit, DP 2 x TP 2")
