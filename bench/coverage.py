@@ -9,6 +9,7 @@ is every correct program of:
 | source | what | from |
 |---|---|---|
 | ``jax``         | JAX shard_map / GSPMD / flax models                | examples/jax/.shardproof.yml |
+|                 | (outside.py: MaxText / praxis / flax nnx / optax spellings, GShard MoE, psum_scatter, pmax, top_k, remat) | |
 | ``megatron``    | Megatron-core layers, unmodified                    | examples/megatron/.shardproof.yml |
 | ``torchdist``   | fairscale and DeepSpeed layers, unmodified           | examples/torchdist/.shardproof.yml |
 | ``dtensor``     | DTensor plans, transformers' TP plans, torchtitan    | examples/dtensor/.shardproof.yml |
