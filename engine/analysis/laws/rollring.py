@@ -220,7 +220,7 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
                     rows["rvcat"].append((n.gid, d + FLAT, i, o))
                     rows["rvblock"].append((o, d))
                 buffer(n.gid, d + FLAT)
-        elif ins.opcode == "concatenate" and len(n.operands) == 2 and n.operands[0] == n.operands[1]:
+        if ins.opcode == "concatenate" and len(n.operands) == 2 and n.operands[0] == n.operands[1]:
             d = int(ins.parsed.get("dimensions", [-1])[0])
             a = n.operands[0]
             if 0 <= d < ins.shape.rank and shape(a)[d] % c == 0 and any(u.ins.opcode == "dynamic-slice" for u in users.get(n.gid, [])):
@@ -270,6 +270,14 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
                     buffer(u.gid, key)
             elif op == "scatter" and u.operands[0] == b and len(u.operands) == 3:
                 _scatter(rows, g, u, b, key, w, c, values, buffer)
+    if {(u, d) for u, d in rows["rvblock"]} & {(b, k - FLAT) for b, k in buffers if k >= FLAT}:
+        # A node that is one block (its row 0 is all of it) and also a flat buffer of c blocks
+        # along the same dim: the two readings share the key d + 64 and a row-0 fact of one would
+        # be read by the other (tests/soundness_regressions/flat_block_read_as_ring_buffer). Such
+        # a program gets no flat rows (the split form keeps its own).
+        for table, col in (("rvmap", 2), ("rvrow", 2), ("rvupd", 3), ("rvcat", 1), ("rvrows", 1)):
+            rows[table] = [r for r in rows[table] if int(r[col]) < FLAT]  # type: ignore[call-overload]
+        rows["rvflat"], rows["rvblock"] = [], []
     if buffers:
         rows["rvring"].append((c,))
 
