@@ -6,7 +6,8 @@ newest laws, rankint's per-rank evaluation, DP x TP group layouts and infinities
    ``maximum(s, -FLT_MAX)`` taken for s where s = select(m, x, -inf) (rules/rankpos.egg
    extreme-identity), and a reduce-max from -FLT_MAX on the ranks against one from -inf in the
    baseline over -inf-masked rows (rules/partition.egg); the twins with the exact identity -inf
-   verify; likewise s = x / 0 (an infinity without an infinite literal). Regressions:
+   verify; likewise s = x / 0 (an infinity without an infinite literal) and x - rowmax(x) with
+   the row max started from +inf. Regressions:
    tests/soundness_regressions/finite_max_*. Open: the same with a layer
    cut between the mask and the max (finite_max_identity_across_a_layer_cut, strict xfail).
 2. rankint (issue 25 item 2, "exact in the element type"): per-rank values of expressions the
@@ -55,7 +56,8 @@ def _load(name: str) -> tuple[str, str, dict[str, Any]]:
 LOWEST = "-3.40282347e+38"
 
 
-@pytest.mark.parametrize("name", ["finite_max_identity_meets_masked_inf", "finite_max_init_against_inf_init", "finite_max_meets_division_by_zero"])
+@pytest.mark.parametrize("name", ["finite_max_identity_meets_masked_inf", "finite_max_init_against_inf_init", "finite_max_meets_division_by_zero",
+                                  "finite_max_meets_row_max_with_inf_init"])
 def test_finite_extreme_against_masked_inf_not_verified_and_differs(name: str) -> None:
     base, dist, rel = _load(name)
     assert _verdict(base, dist, rel) != "verified"
@@ -66,6 +68,14 @@ def test_finite_extreme_against_masked_inf_not_verified_and_differs(name: str) -
 def test_exact_identity_twin_verifies_and_is_equal(name: str) -> None:
     base, dist, rel = _load(name)
     dist = dist.replace(f"constant({LOWEST})", "constant(-inf)")
+    assert _verdict(base, dist, rel) == "verified"
+    pytest.importorskip("oracle").assert_equal_on_seeds(base, dist, rel)
+
+
+def test_softmax_shift_from_an_inf_init_keeps_its_proof() -> None:
+    """x - rowmax(x) from -inf (softmax's shift, finite for finite x) against max with -FLT_MAX."""
+    base, dist, rel = _load("finite_max_meets_row_max_with_inf_init")
+    base, dist = (t.replace("constant(inf)", "constant(-inf)") for t in (base, dist))
     assert _verdict(base, dist, rel) == "verified"
     pytest.importorskip("oracle").assert_equal_on_seeds(base, dist, rel)
 

@@ -176,7 +176,7 @@ def _extremes_meet_infinities(module: Module) -> tuple[bool, bool]:
         elif op == "divide" and len(ops) == 2 and lit.get(ops[1]) and not _nonzero(by[ops[1]], ranges):
             neg[name] = pos[name] = True  # x / 0: an infinity on every input with x != 0
         elif op == "subtract" and len(ops) == 2 and _row_max_of(by.get(ops[1]), ops[0], by):
-            neg[name], pos[name] = a[0], False  # x - max(x) over x's rows: <= 0 (NaN on a row of -inf)
+            neg[name], pos[name] = a[0] or b[1], False  # x - max(x) over x's rows: <= 0 (NaN on a row of -inf; -inf from an init of +inf)
         elif op == "subtract" and len(ops) == 2:
             neg[name], pos[name] = a[0] or b[1], b[0] or a[1]
         elif op in _OUT_OF_VIEW or (lit[name] and op not in _INF_MOVES and op not in _BOUNDED and not _literal_finite(ins, ranges)):
