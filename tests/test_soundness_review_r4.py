@@ -7,7 +7,7 @@ newest laws, rankint's per-rank evaluation, DP x TP group layouts and infinities
    extreme-identity), and a reduce-max from -FLT_MAX on the ranks against one from -inf in the
    baseline over -inf-masked rows (rules/partition.egg); the twins with the exact identity -inf
    verify; likewise s = x / 0 (an infinity without an infinite literal) and x - rowmax(x) with
-   the row max started from +inf. Regressions:
+   the row max started from +inf, and a max-reduce over an empty dim (its init). Regressions:
    tests/soundness_regressions/finite_max_*. Open: the same with a layer
    cut between the mask and the max (finite_max_identity_across_a_layer_cut, strict xfail).
 2. rankint (issue 25 item 2, "exact in the element type"): per-rank values of expressions the
@@ -57,7 +57,7 @@ LOWEST = "-3.40282347e+38"
 
 
 @pytest.mark.parametrize("name", ["finite_max_identity_meets_masked_inf", "finite_max_init_against_inf_init", "finite_max_meets_division_by_zero",
-                                  "finite_max_meets_row_max_with_inf_init"])
+                                  "finite_max_meets_row_max_with_inf_init", "finite_max_meets_empty_reduce"])
 def test_finite_extreme_against_masked_inf_not_verified_and_differs(name: str) -> None:
     base, dist, rel = _load(name)
     assert _verdict(base, dist, rel) != "verified"

@@ -181,6 +181,8 @@ def _extremes_meet_infinities(module: Module) -> tuple[bool, bool]:
             neg[name], pos[name] = a[0] or b[1], b[0] or a[1]
         elif op in _OUT_OF_VIEW or (lit[name] and op not in _INF_MOVES and op not in _BOUNDED and not _literal_finite(ins, ranges)):
             neg[name] = pos[name] = True  # computed out of view, or literal arithmetic that may overflow
+        elif op == "reduce" and src is not None and any(src.dims[int(d)] == 0 for d in ins.parsed.get("dimensions", []) if 0 <= int(d) < len(src.dims)):
+            neg[name], pos[name] = any(a), any(b)  # an empty window gives the init itself
         elif op == "maximum" or (op == "reduce" and reducer == "max" and len(ops) == 2):
             neg[name], pos[name] = all(a), any(b)
         elif op == "minimum" or (op == "reduce" and reducer == "min" and len(ops) == 2):
