@@ -107,7 +107,8 @@ def ring_allreduce_rows(ctx: JaxContext) -> JaxModel:
     ring turns towards the previous rank; the reduced rows are rotated back the same way."""
     n, d, c, form = ctx.knob("rows", 16), ctx.knob("hidden", 8), ctx.knob("tp", 4), ctx.knob("form", "take")
     w = d // c
-    mesh = ctx.mesh({"tp": c})
+    dp = ctx.knob("dp", 1)  # a data-parallel axis before the ring's: the ring runs within each group
+    mesh = ctx.mesh({"dp": dp, "tp": c} if dp > 1 else {"tp": c})
     bug = ctx.variant
     back = _perm(c, -1)
 
@@ -150,8 +151,8 @@ def ring_allreduce_rows(ctx: JaxContext) -> JaxModel:
         return rotate(jnp.stack(out), 1 - r + (1 if bug == "off_by_one" else 0)).reshape(d)
 
     dist = shard_map(per_device, mesh=mesh, in_specs=(P("tp", None),), out_specs=P(), check_vma=False)
-    return JaxModel(base, dist, mesh, [JaxInput("x", (n, d), spec=("tp", None))],
-                    description=f"ring all-reduce, chunk rows rotated by {form}, {c} ranks")
+    return JaxModel(base, dist, mesh, [JaxInput("x", (n, d), spec=("tp", None))], group_axes=("tp",),
+                    description=f"ring all-reduce, chunk rows rotated by {form}, {c} ranks" + (f", {dp} groups" if dp > 1 else ""))
 
 
 def collective_matmul(ctx: JaxContext) -> JaxModel:

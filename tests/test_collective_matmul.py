@@ -138,6 +138,14 @@ def test_rows_rotated_by_other_spellings(tmp_path: Path, form: str, variant: str
     assert isinstance(w, dict) and w["status"] == "confirmed", w
 
 
+@pytest.mark.parametrize("variant", [None, "off_by_one"])
+def test_rows_rotated_within_each_dp_group(tmp_path: Path, variant: str | None) -> None:
+    # A 2 x 2 mesh (dp, tp): the ring runs over tp inside each dp group; axis_index('tp') comes
+    # from the device id, and every per-rank offset is the same on rank r of both groups.
+    r = _check(tmp_path, "ring_allreduce_rows", variant, {"form": "take", "dp": 2, "tp": 2})
+    assert r["verdict"] == ("diverged" if variant else "verified"), r["stdout"][-3000:]
+
+
 def test_jax_ring_attention_verified_and_its_bug_at_its_line(tmp_path: Path) -> None:
     # examples/jax/spellings.py:ring_attention through `shardproof run`: the scores' 1/sqrt(d)
     # and the keepdims running max relate (rules/ringfill.egg), the denominator and the
