@@ -80,10 +80,12 @@ def finite_extremes(g: Graphs) -> tuple[bool, bool]:
     ``select(m, s, -inf)``, an elided literal, literal arithmetic that overflows. So each value
     of both programs gets two flags, "may hold -inf" and "may hold +inf", from those sources:
     non-finite or elided float literals, float arithmetic on literals alone whose range is not
-    finite (exp(1000), a narrowing convert of FLT_MAX: ranges.py), values computed out of view
-    (a folded layer's placeholder, a call). The flags pass through moves, selects and adds
-    element by element, through max (min) as the op does; exp drops -inf; any other op with a
-    flagged operand may hold either. The lowest finite value (or a fill of it) is an identity of
+    finite (exp(1000), a narrowing convert of FLT_MAX: ranges.py), a division by a literal-only
+    divisor whose range holds 0, a reduce over an empty dim (its init), values computed out of
+    view (a folded layer's placeholder, a call). The flags pass through moves, selects and adds
+    element by element, through max (min) and subtract as the op does (x - rowmax(x) holds no
+    +inf); exp drops -inf; any other op with a flagged operand may hold either. (An infinity the
+    inputs' values make, log(x·0) say, is the model's exclusion, as every overflow.) The lowest finite value (or a fill of it) is an identity of
     max in the pair only when it never meets a value that may hold -inf in a max, a clamp or a
     reduce (its init), and no reduce over such values is converted float to float (convmax
     writes the converted reduce with an identity of the new type); likewise the highest and +inf
