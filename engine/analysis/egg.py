@@ -454,6 +454,10 @@ def fresh_session(rule_files: tuple[str, ...] | None = None, present: Iterable[s
         session = Session(files, want)
         cache[key] = (session, session.size())
     session, pristine = cache[key]
+    if want is not None and session.present is not None:
+        # Reused without admit: no rule it left out can fire from ``want`` (missing() said so),
+        # so this proof's tables are present for load()'s guard too.
+        session.present = session.present | want
     busy.add(key)
     clean = False
     try:
