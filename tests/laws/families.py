@@ -2384,6 +2384,7 @@ def reshapeback(rng: random.Random) -> Program:
 
 FAMILIES["reshapeback"] = reshapeback
 
+
 # ---- the vocab-sharded take_along_axis of any rank (rules/takealong.egg) --------------------------
 
 
@@ -2481,99 +2482,6 @@ def takealong(rng: random.Random) -> Program:
 
 
 FAMILIES["takealong"] = takealong
-
-
-# ---- padded in blocks: a fused weight, each block padded on its own (rules/padded.egg padb) ------
-
-
-def padblocks(rng: random.Random) -> Program:
-    """x fused along dim 0 from 2 or 3 blocks of n_i rows, each padded to c·w_i (w_i >= n_i/c,
-    sometimes wider than needed) and split over the ranks, rank r holding its rows of every
-    block in block order. A map on the fused tensor (zero-keeping or not: add of a constant, a
-    dot with a duplicate matrix, exp, ...), block i cut out, a second map, then the sum over the
-    padded rows (all-reduce on the ranks). Defects drawn: the rank cuts block i at another
-    block's offset or one row off, the relation declared as one padding after the whole fused
-    tensor (the layout bug), an all-reduce over other groups; for equal blocks split off by a
-    reshape, the rank's rows read as (rows, blocks) instead (every m-th row)."""
-    groups = _layout(rng)
-    c = len(groups[0])
-    t = rng.choice(["f32", "f32", "s32", "s8", "u8", "s16"])
-    is_int = t in RANGES
-    nb = rng.choice([2, 3])
-    # The cut: a slice at the block's offsets, or (equal blocks) a reshape to (blocks, rows)
-    # and a slice of one block (timm's qkv.reshape(B, N, 3, heads, hd)).
-    split = rng.random() < 0.3
-    blocks, widths = [], []
-    for _ in range(nb):
-        n = rng.randrange(1, 3 * c)
-        w = -(-n // c) + (1 if rng.random() < 0.2 else 0)
-        if split and blocks:
-            n, w = blocks[0], widths[0]
-        blocks.append(n)
-        widths.append(w)
-    F, W, h = sum(blocks), sum(widths), 2
-    i = rng.randrange(nb)
-    o, oo = sum(blocks[:i]), sum(widths[:i])
-    defect = rng.choice(["none"] * 5 + (["interleave", "whole", "groups"] if split else ["offset", "shift", "whole", "groups"]))
-    at = oo
-    if defect == "offset":
-        at = rng.choice([sum(widths[:j]) for j in range(nb) if sum(widths[:j]) != oo and sum(widths[:j]) + widths[i] <= W] or [oo])
-    elif defect == "shift":
-        at = oo + 1 if oo + 1 + widths[i] <= W else max(oo - 1, 0)
-    maps1 = ["id", "add-k", "neg", "dot"] + ([] if is_int else ["exp"])
-    maps2 = ["id", "mul-k", "add-k"] + ([] if is_int else ["tanh", "exp"])
-    f1, f2 = rng.choice(maps1), rng.choice(maps2)
-    k = rng.choice([0, 1, 3])
-    ar_groups = _other_groups(rng, groups) if defect == "groups" else groups
-
-    def apply(f: str, src: str, dst: str, rows: int) -> str:
-        sh = f"{t}[{rows},{h}]"
-        if f == "id":
-            return f"  %{dst} = {sh} copy({sh} %{src})\n"
-        if f in ("neg", "exp", "tanh"):
-            op = {"neg": "negate", "exp": "exponential", "tanh": "tanh"}[f]
-            return f"  %{dst} = {sh} {op}({sh} %{src})\n"
-        if f == "dot":
-            return f"  %{dst} = {sh} dot({sh} %{src}, {t}[{h},{h}] %a), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}\n"
-        op = "add" if f == "add-k" else "multiply"
-        return (f"  %{dst}k = {t}[] constant({k})\n  %{dst}b = {sh} broadcast({t}[] %{dst}k), dimensions={{}}\n"
-                f"  %{dst} = {sh} {op}({sh} %{src}, {sh} %{dst}b)\n")
-
-    def cut_out(rows: int, cut: int, take: int, side: str) -> str:
-        if not split:
-            return f"  %s = {t}[{take},{h}] slice({t}[{rows},{h}] %y), slice={{[{cut}:{cut + take}], [0:{h}]}}\n"
-        if side == "distributed" and defect == "interleave":  # (rows, blocks): every m-th row
-            return (f"  %y3 = {t}[{take},{nb},{h}] reshape({t}[{rows},{h}] %y)\n"
-                    f"  %blk = {t}[{take},1,{h}] slice({t}[{take},{nb},{h}] %y3), slice={{[0:{take}], [{i}:{i + 1}], [0:{h}]}}\n"
-                    f"  %s = {t}[{take},{h}] reshape({t}[{take},1,{h}] %blk)\n")
-        return (f"  %y3 = {t}[{nb},{take},{h}] reshape({t}[{rows},{h}] %y)\n"
-                f"  %blk = {t}[1,{take},{h}] slice({t}[{nb},{take},{h}] %y3), slice={{[{i}:{i + 1}], [0:{take}], [0:{h}]}}\n"
-                f"  %s = {t}[{take},{h}] reshape({t}[1,{take},{h}] %blk)\n")
-
-    def prog(name: str, rows: int, cut: int, take: int, tail: str) -> str:
-        return ("HloModule " + name + "\n\n" + _reducer("add", "add", t)
-                + f"\nENTRY %main (x: {t}[{rows},{h}], a: {t}[{h},{h}]) -> {t}[{h}] {{\n  %x = {t}[{rows},{h}] parameter(0)\n  %a = {t}[{h},{h}] parameter(1)\n"
-                + apply(f1, "x", "y", rows)
-                + cut_out(rows, cut, take, "baseline" if name == "pb_base" else "distributed")
-                + apply(f2, "s", "z", take)
-                + f"  %zero = {t}[] constant(0)\n  %l = {t}[{h}] reduce({t}[{take},{h}] %z, {t}[] %zero), dimensions={{0}}, to_apply=%add\n" + tail + "}\n")
-
-    base = prog("pb_base", F, o, blocks[i], f"  ROOT %o = {t}[{h}] copy({t}[{h}] %l)\n")
-    dist = prog("pb_dist", W, at, widths[i], f"  ROOT %o = {t}[{h}] all-reduce({t}[{h}] %l), channel_id=1, replica_groups={_groups_text(ar_groups)}, use_global_device_ids=true, to_apply=%add\n")
-    entry: dict[str, Any] = {"baseline": 0, "distributed": 0, "relation": "padded", "dim": 0, "blocks": blocks, "width": widths}
-    if defect == "whole":
-        entry = {"baseline": 0, "distributed": 0, "relation": "padded", "dim": 0, "width": max(W, -(-F // c))}
-        if entry["width"] != W:  # the program's per-rank extent stays W: no layout of that size
-            entry["width"] = W
-    if is_int:
-        entry["int_range"] = [0 if t[0] == "u" else -3, 5]
-    rel = {"groups": groups, "inputs": [entry, {"baseline": 1, "distributed": 1, "relation": "duplicate", **({"int_range": [0, 3]} if is_int else {})}],
-           "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
-    form = f"{t} blocks {blocks} widths {widths} over c={c}, block {i} {'split off' if split else 'cut'} at {at} (expected {oo}), {f1} then {f2} (k={k}), defect {defect} (groups {groups})"
-    return Program("padblocks", form, base, dist, rel)
-
-
-FAMILIES["padblocks"] = padblocks
 
 
 # ---- causal ring attention: the mask per rank and step, the -inf fill (rules/ringmask.egg) -----
@@ -2723,6 +2631,99 @@ def ringmask(rng: random.Random) -> Program:
 
 
 FAMILIES["ringmask"] = ringmask
+
+
+# ---- padded in blocks: a fused weight, each block padded on its own (rules/padded.egg padb) ------
+
+
+def padblocks(rng: random.Random) -> Program:
+    """x fused along dim 0 from 2 or 3 blocks of n_i rows, each padded to c·w_i (w_i >= n_i/c,
+    sometimes wider than needed) and split over the ranks, rank r holding its rows of every
+    block in block order. A map on the fused tensor (zero-keeping or not: add of a constant, a
+    dot with a duplicate matrix, exp, ...), block i cut out, a second map, then the sum over the
+    padded rows (all-reduce on the ranks). Defects drawn: the rank cuts block i at another
+    block's offset or one row off, the relation declared as one padding after the whole fused
+    tensor (the layout bug), an all-reduce over other groups; for equal blocks split off by a
+    reshape, the rank's rows read as (rows, blocks) instead (every m-th row)."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    t = rng.choice(["f32", "f32", "s32", "s8", "u8", "s16"])
+    is_int = t in RANGES
+    nb = rng.choice([2, 3])
+    # The cut: a slice at the block's offsets, or (equal blocks) a reshape to (blocks, rows)
+    # and a slice of one block (timm's qkv.reshape(B, N, 3, heads, hd)).
+    split = rng.random() < 0.3
+    blocks, widths = [], []
+    for _ in range(nb):
+        n = rng.randrange(1, 3 * c)
+        w = -(-n // c) + (1 if rng.random() < 0.2 else 0)
+        if split and blocks:
+            n, w = blocks[0], widths[0]
+        blocks.append(n)
+        widths.append(w)
+    F, W, h = sum(blocks), sum(widths), 2
+    i = rng.randrange(nb)
+    o, oo = sum(blocks[:i]), sum(widths[:i])
+    defect = rng.choice(["none"] * 5 + (["interleave", "whole", "groups"] if split else ["offset", "shift", "whole", "groups"]))
+    at = oo
+    if defect == "offset":
+        at = rng.choice([sum(widths[:j]) for j in range(nb) if sum(widths[:j]) != oo and sum(widths[:j]) + widths[i] <= W] or [oo])
+    elif defect == "shift":
+        at = oo + 1 if oo + 1 + widths[i] <= W else max(oo - 1, 0)
+    maps1 = ["id", "add-k", "neg", "dot"] + ([] if is_int else ["exp"])
+    maps2 = ["id", "mul-k", "add-k"] + ([] if is_int else ["tanh", "exp"])
+    f1, f2 = rng.choice(maps1), rng.choice(maps2)
+    k = rng.choice([0, 1, 3])
+    ar_groups = _other_groups(rng, groups) if defect == "groups" else groups
+
+    def apply(f: str, src: str, dst: str, rows: int) -> str:
+        sh = f"{t}[{rows},{h}]"
+        if f == "id":
+            return f"  %{dst} = {sh} copy({sh} %{src})\n"
+        if f in ("neg", "exp", "tanh"):
+            op = {"neg": "negate", "exp": "exponential", "tanh": "tanh"}[f]
+            return f"  %{dst} = {sh} {op}({sh} %{src})\n"
+        if f == "dot":
+            return f"  %{dst} = {sh} dot({sh} %{src}, {t}[{h},{h}] %a), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}\n"
+        op = "add" if f == "add-k" else "multiply"
+        return (f"  %{dst}k = {t}[] constant({k})\n  %{dst}b = {sh} broadcast({t}[] %{dst}k), dimensions={{}}\n"
+                f"  %{dst} = {sh} {op}({sh} %{src}, {sh} %{dst}b)\n")
+
+    def cut_out(rows: int, cut: int, take: int, side: str) -> str:
+        if not split:
+            return f"  %s = {t}[{take},{h}] slice({t}[{rows},{h}] %y), slice={{[{cut}:{cut + take}], [0:{h}]}}\n"
+        if side == "distributed" and defect == "interleave":  # (rows, blocks): every m-th row
+            return (f"  %y3 = {t}[{take},{nb},{h}] reshape({t}[{rows},{h}] %y)\n"
+                    f"  %blk = {t}[{take},1,{h}] slice({t}[{take},{nb},{h}] %y3), slice={{[0:{take}], [{i}:{i + 1}], [0:{h}]}}\n"
+                    f"  %s = {t}[{take},{h}] reshape({t}[{take},1,{h}] %blk)\n")
+        return (f"  %y3 = {t}[{nb},{take},{h}] reshape({t}[{rows},{h}] %y)\n"
+                f"  %blk = {t}[1,{take},{h}] slice({t}[{nb},{take},{h}] %y3), slice={{[{i}:{i + 1}], [0:{take}], [0:{h}]}}\n"
+                f"  %s = {t}[{take},{h}] reshape({t}[1,{take},{h}] %blk)\n")
+
+    def prog(name: str, rows: int, cut: int, take: int, tail: str) -> str:
+        return ("HloModule " + name + "\n\n" + _reducer("add", "add", t)
+                + f"\nENTRY %main (x: {t}[{rows},{h}], a: {t}[{h},{h}]) -> {t}[{h}] {{\n  %x = {t}[{rows},{h}] parameter(0)\n  %a = {t}[{h},{h}] parameter(1)\n"
+                + apply(f1, "x", "y", rows)
+                + cut_out(rows, cut, take, "baseline" if name == "pb_base" else "distributed")
+                + apply(f2, "s", "z", take)
+                + f"  %zero = {t}[] constant(0)\n  %l = {t}[{h}] reduce({t}[{take},{h}] %z, {t}[] %zero), dimensions={{0}}, to_apply=%add\n" + tail + "}\n")
+
+    base = prog("pb_base", F, o, blocks[i], f"  ROOT %o = {t}[{h}] copy({t}[{h}] %l)\n")
+    dist = prog("pb_dist", W, at, widths[i], f"  ROOT %o = {t}[{h}] all-reduce({t}[{h}] %l), channel_id=1, replica_groups={_groups_text(ar_groups)}, use_global_device_ids=true, to_apply=%add\n")
+    entry: dict[str, Any] = {"baseline": 0, "distributed": 0, "relation": "padded", "dim": 0, "blocks": blocks, "width": widths}
+    if defect == "whole":
+        entry = {"baseline": 0, "distributed": 0, "relation": "padded", "dim": 0, "width": max(W, -(-F // c))}
+        if entry["width"] != W:  # the program's per-rank extent stays W: no layout of that size
+            entry["width"] = W
+    if is_int:
+        entry["int_range"] = [0 if t[0] == "u" else -3, 5]
+    rel = {"groups": groups, "inputs": [entry, {"baseline": 1, "distributed": 1, "relation": "duplicate", **({"int_range": [0, 3]} if is_int else {})}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    form = f"{t} blocks {blocks} widths {widths} over c={c}, block {i} {'split off' if split else 'cut'} at {at} (expected {oo}), {f1} then {f2} (k={k}), defect {defect} (groups {groups})"
+    return Program("padblocks", form, base, dist, rel)
+
+
+FAMILIES["padblocks"] = padblocks
 
 
 # ---- ring buffers of c rows moved by a rank-dependent roll (rules/rollring.egg) --------------
@@ -2902,6 +2903,63 @@ def tuplerows(rng: random.Random) -> Program:
 FAMILIES["tuplerows"] = tuplerows
 
 
+# ---- a baseline reshape taken through the shape a rank gathers (rules/reshapesplit.egg) ----------
+
+
+def reshapesplit(rng: random.Random) -> Program:
+    """transformers' colwise_gather_output: the rank's column block of y [N, H] (N = B*S) viewed
+    as [B, S, H/c], gathered along the last dim - directly (all-gather along dim 2) or as DTensor
+    writes it (all-gather along dim 0, split into c pieces, concatenated along dim 2) - and viewed
+    per head [B, S, K, D]; the baseline reshapes y to [B, S, K, D] in one step. Drawn: the element
+    type (narrow, unsigned, float), the extents, the groups (DP x TP included), the form; defects:
+    the pieces concatenated in another order, the gather's dim-0 result viewed without the split,
+    the rank's view transposed to [S, B, H/c], the gather over other groups."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    t = rng.choice(["f32", "bf16", "s32", "s8", "u8", "f16"])
+    b, s, w, d = rng.choice([1, 2]), rng.choice([2, 3]), rng.choice([1, 2]), rng.choice([1, 2, 4])
+    h, n = c * w * d, b * s
+    k = h // d
+    form = rng.choice(["direct", "dtensor"])
+    defect = rng.choice(["none"] * 5 + ["order", "unsplit", "transposed", "groups"])
+    if defect == "order":
+        form = "dtensor"
+    if defect == "transposed":
+        b = 2  # with b = 1 the (S, B) view is the same sequence: no defect
+    ys, zs, loc = f"{t}[{n},{h}]", f"{t}[{b},{s},{k},{d}]", f"{t}[{n},{h // c}]"
+    base = (f"HloModule rs_base\n\nENTRY %main (y: {ys}) -> {zs} {{\n  %y = {ys} parameter(0)\n"
+            f"  %n = {ys} negate({ys} %y)\n  ROOT %z = {zs} reshape({ys} %n)\n}}\n")
+    g2 = _other_groups(rng, groups) if defect == "groups" else groups
+    piece = f"{t}[{b},{s},{h // c}]"
+    lines = [f"  %y = {loc} parameter(0)", f"  %n = {loc} negate({loc} %y)"]
+    if defect == "transposed":
+        lines += [f"  %v = {t}[{s},{b},{h // c}] reshape({loc} %n)", f"  %r = {piece} transpose({t}[{s},{b},{h // c}] %v), dimensions={{1,0,2}}"]
+    else:
+        lines.append(f"  %r = {piece} reshape({loc} %n)")
+    gt = _groups_text(g2)
+    if defect == "unsplit":
+        lines += [f"  %a = {t}[{c * b},{s},{h // c}] all-gather({piece} %r), channel_id=1, replica_groups={gt}, dimensions={{0}}, use_global_device_ids=true",
+                  f"  %g = {t}[{b},{s},{h}] reshape({t}[{c * b},{s},{h // c}] %a)"]
+    elif form == "direct":
+        lines.append(f"  %g = {t}[{b},{s},{h}] all-gather({piece} %r), channel_id=1, replica_groups={gt}, dimensions={{2}}, use_global_device_ids=true")
+    else:
+        lines.append(f"  %a = {t}[{c * b},{s},{h // c}] all-gather({piece} %r), channel_id=1, replica_groups={gt}, dimensions={{0}}, use_global_device_ids=true")
+        order = list(range(c))
+        if defect == "order":
+            order[0], order[1] = order[1], order[0]
+        for j in range(c):
+            lines.append(f"  %p{j} = {piece} slice({t}[{c * b},{s},{h // c}] %a), slice={{[{j * b}:{(j + 1) * b}], [0:{s}], [0:{h // c}]}}")
+        lines.append(f"  %g = {t}[{b},{s},{h}] concatenate({', '.join(f'{piece} %p{j}' for j in order)}), dimensions={{2}}")
+    lines.append(f"  ROOT %z = {zs} reshape({t}[{b},{s},{h}] %g)")
+    dist = f"HloModule rs_dist\n\nENTRY %main (y: {loc}) -> {zs} {{\n" + "\n".join(lines) + "\n}\n"
+    rel = {"groups": groups, "inputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 1}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
+    return Program("reshapesplit", f"{t} y [{n},{h}] -> [{b},{s},{k},{d}], {form} gather, defect {defect} (groups {g2})", base, dist, rel)
+
+
+FAMILIES["reshapesplit"] = reshapesplit
+
+
 # ---- an untiled reduce-scatter between a split and a unit-dim drop (rules/splitscatter.egg) -------
 
 
@@ -2962,63 +3020,6 @@ def splitscatter(rng: random.Random) -> Program:
 
 
 FAMILIES["splitscatter"] = splitscatter
-
-
-# ---- a baseline reshape taken through the shape a rank gathers (rules/reshapesplit.egg) ----------
-
-
-def reshapesplit(rng: random.Random) -> Program:
-    """transformers' colwise_gather_output: the rank's column block of y [N, H] (N = B*S) viewed
-    as [B, S, H/c], gathered along the last dim - directly (all-gather along dim 2) or as DTensor
-    writes it (all-gather along dim 0, split into c pieces, concatenated along dim 2) - and viewed
-    per head [B, S, K, D]; the baseline reshapes y to [B, S, K, D] in one step. Drawn: the element
-    type (narrow, unsigned, float), the extents, the groups (DP x TP included), the form; defects:
-    the pieces concatenated in another order, the gather's dim-0 result viewed without the split,
-    the rank's view transposed to [S, B, H/c], the gather over other groups."""
-    groups = _layout(rng)
-    c = len(groups[0])
-    t = rng.choice(["f32", "bf16", "s32", "s8", "u8", "f16"])
-    b, s, w, d = rng.choice([1, 2]), rng.choice([2, 3]), rng.choice([1, 2]), rng.choice([1, 2, 4])
-    h, n = c * w * d, b * s
-    k = h // d
-    form = rng.choice(["direct", "dtensor"])
-    defect = rng.choice(["none"] * 5 + ["order", "unsplit", "transposed", "groups"])
-    if defect == "order":
-        form = "dtensor"
-    if defect == "transposed":
-        b = 2  # with b = 1 the (S, B) view is the same sequence: no defect
-    ys, zs, loc = f"{t}[{n},{h}]", f"{t}[{b},{s},{k},{d}]", f"{t}[{n},{h // c}]"
-    base = (f"HloModule rs_base\n\nENTRY %main (y: {ys}) -> {zs} {{\n  %y = {ys} parameter(0)\n"
-            f"  %n = {ys} negate({ys} %y)\n  ROOT %z = {zs} reshape({ys} %n)\n}}\n")
-    g2 = _other_groups(rng, groups) if defect == "groups" else groups
-    piece = f"{t}[{b},{s},{h // c}]"
-    lines = [f"  %y = {loc} parameter(0)", f"  %n = {loc} negate({loc} %y)"]
-    if defect == "transposed":
-        lines += [f"  %v = {t}[{s},{b},{h // c}] reshape({loc} %n)", f"  %r = {piece} transpose({t}[{s},{b},{h // c}] %v), dimensions={{1,0,2}}"]
-    else:
-        lines.append(f"  %r = {piece} reshape({loc} %n)")
-    gt = _groups_text(g2)
-    if defect == "unsplit":
-        lines += [f"  %a = {t}[{c * b},{s},{h // c}] all-gather({piece} %r), channel_id=1, replica_groups={gt}, dimensions={{0}}, use_global_device_ids=true",
-                  f"  %g = {t}[{b},{s},{h}] reshape({t}[{c * b},{s},{h // c}] %a)"]
-    elif form == "direct":
-        lines.append(f"  %g = {t}[{b},{s},{h}] all-gather({piece} %r), channel_id=1, replica_groups={gt}, dimensions={{2}}, use_global_device_ids=true")
-    else:
-        lines.append(f"  %a = {t}[{c * b},{s},{h // c}] all-gather({piece} %r), channel_id=1, replica_groups={gt}, dimensions={{0}}, use_global_device_ids=true")
-        order = list(range(c))
-        if defect == "order":
-            order[0], order[1] = order[1], order[0]
-        for j in range(c):
-            lines.append(f"  %p{j} = {piece} slice({t}[{c * b},{s},{h // c}] %a), slice={{[{j * b}:{(j + 1) * b}], [0:{s}], [0:{h // c}]}}")
-        lines.append(f"  %g = {t}[{b},{s},{h}] concatenate({', '.join(f'{piece} %p{j}' for j in order)}), dimensions={{2}}")
-    lines.append(f"  ROOT %z = {zs} reshape({t}[{b},{s},{h}] %g)")
-    dist = f"HloModule rs_dist\n\nENTRY %main (y: {loc}) -> {zs} {{\n" + "\n".join(lines) + "\n}\n"
-    rel = {"groups": groups, "inputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 1}],
-           "outputs": [{"baseline": 0, "distributed": 0, "relation": "duplicate"}]}
-    return Program("reshapesplit", f"{t} y [{n},{h}] -> [{b},{s},{k},{d}], {form} gather, defect {defect} (groups {g2})", base, dist, rel)
-
-
-FAMILIES["reshapesplit"] = reshapesplit
 
 
 # ---- GQA heads in K groups: KV replicated per group, q padded within each group (rules/kvgroups.egg)
@@ -3093,3 +3094,49 @@ def kvgroups(rng: random.Random) -> Program:
 
 
 FAMILIES["kvgroups"] = kvgroups
+
+
+def reshapesplit_split(rng: random.Random) -> Program:
+    """transformers' rowwise_split_input (Phi-3's o_proj after its gathered fused qkv): every rank
+    holds the whole attention output x [B, S, K, D], views it as [B, S, H] (H = K*D), takes its
+    block of the last dim by a dynamic-slice at r*H/c and views that [N, H/c] (N = B*S); the
+    baseline views x as [N, H] in one reshape. Drawn: the element type (narrow, unsigned, float),
+    the extents, the groups (DP x TP included: r is the position in the rank's group); defects:
+    the offset off by one, the block of rank r + 1 (mod c), the view [S, B, H] (transposed rows)."""
+    groups = _layout(rng)
+    c = len(groups[0])
+    t = rng.choice(["f32", "bf16", "s32", "s8", "u8", "f16"])
+    b, s, w, d = rng.choice([1, 2]), rng.choice([2, 3]), rng.choice([1, 2]), rng.choice([1, 2, 4])
+    h, n = c * w * d, b * s
+    k = h // d
+    defect = rng.choice(["none"] * 5 + ["off", "next", "transposed"])
+    if defect == "transposed":
+        b = 2
+        n = b * s
+    xs, ys, blk = f"{t}[{b},{s},{k},{d}]", f"{t}[{n},{h}]", h // c
+    base = (f"HloModule rss_base\n\nENTRY %main (x: {xs}) -> {ys} {{\n  %x = {xs} parameter(0)\n"
+            f"  %n = {xs} negate({xs} %x)\n  ROOT %y = {ys} reshape({xs} %n)\n}}\n")
+    lines = ["  %r = s32[] parameter(0)", f"  %x = {xs} parameter(1)", f"  %n = {xs} negate({xs} %x)"]
+    if defect == "transposed":
+        lines += [f"  %v0 = {t}[{s},{b},{h}] reshape({xs} %n)", f"  %v = {t}[{b},{s},{h}] transpose({t}[{s},{b},{h}] %v0), dimensions={{1,0,2}}"]
+    else:
+        lines.append(f"  %v = {t}[{b},{s},{h}] reshape({xs} %n)")
+    rank = "%r"
+    if defect == "next":
+        lines += ["  %one = s32[] constant(1)", "  %r1 = s32[] add(s32[] %r, s32[] %one)", f"  %cc = s32[] constant({c})", "  %rn = s32[] remainder(s32[] %r1, s32[] %cc)"]
+        rank = "%rn"
+    lines += [f"  %wd = s32[] constant({blk})", f"  %off0 = s32[] multiply(s32[] {rank}, s32[] %wd)"]
+    if defect == "off":
+        lines += ["  %one = s32[] constant(1)", "  %off = s32[] add(s32[] %off0, s32[] %one)"]
+    else:
+        lines.append("  %off = s32[] copy(s32[] %off0)")
+    lines += ["  %z = s32[] constant(0)",
+              f"  %ds = {t}[{b},{s},{blk}] dynamic-slice({t}[{b},{s},{h}] %v, s32[] %z, s32[] %z, s32[] %off), dynamic_slice_sizes={{{b},{s},{blk}}}",
+              f"  ROOT %y = {t}[{n},{blk}] reshape({t}[{b},{s},{blk}] %ds)"]
+    dist = f"HloModule rss_dist\n\nENTRY %main (r: s32[], x: {xs}) -> {t}[{n},{blk}] {{\n" + "\n".join(lines) + "\n}\n"
+    rel = {"groups": groups, "inputs": [{"distributed": 0, "relation": "rank"}, {"baseline": 0, "distributed": 1, "relation": "duplicate"}],
+           "outputs": [{"baseline": 0, "distributed": 0, "relation": "sharded", "dim": 1}]}
+    return Program("reshapesplit_split", f"{t} x [{b},{s},{k},{d}] -> [{n},{h}], rank block of {blk}, defect {defect} (groups {groups})", base, dist, rel)
+
+
+FAMILIES["reshapesplit_split"] = reshapesplit_split

@@ -3,11 +3,12 @@
 ``rsplit(kb, km, ks)``  kb the signature of a baseline reshape from A to S; km the reshape A -> M
         and ks the reshape M -> S on kb's element type, M the result shape of a distributed
         all-gather whose operand is a reshape (or of the concatenation of slices of one: DTensor's
-        gather along a last dim), with as many elements as A and neither A nor S.
+        gather along a last dim), or of a distributed reshape read by a dynamic-slice (DTensor's
+        split of a replicated input, rowwise_split_input), with as many elements as A and neither A nor S.
         The two new baseline terms get their shape rows from core.Tables.
 
 Cost: one pass over the nodes' opcodes; nothing is written (and no rule loaded) unless the
-distributed program all-gathers a reshape.
+distributed program all-gathers a reshape or dynamic-slices one.
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
         ):
             # DTensor's gather along a last dim: all-gather along dim 0, split, concatenated.
             gathered.add((n.ins.shape.dtype, tuple(n.ins.shape.dims)))
+        elif n.ins.opcode == "dynamic-slice" and n.operands and g.nodes[n.operands[0]].ins.opcode == "reshape":
+            # DTensor's split of a replicated input (rowwise_split_input): the rank's block of a
+            # view the baseline composes with the next one.
+            r = g.nodes[n.operands[0]].ins.shape
+            if not r.is_tuple:
+                gathered.add((r.dtype, tuple(r.dims)))
     if not gathered:
         return
     tables = Tables(g.spec.c, rows)
