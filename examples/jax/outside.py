@@ -842,3 +842,28 @@ def partial_manual(ctx: JaxContext) -> JaxModel:
     return JaxModel(_mlp, dist, mesh, [JaxInput("x", (b, d), spec=("data", None)), JaxInput("w1", (d, f), spec=(None, "model")),
                                        JaxInput("w2", (f, d), spec=("model", None))],
                     outputs=[("data", None)], group_axes=("model",), gspmd=True, description="shard_map manual over 'model' only inside jit, DP 2 x TP 2")
+
+
+def shard_map_vocab_xent_lse(ctx: JaxContext) -> JaxModel:
+    """shard_map_vocab_xent with the log-sum-exp added to the max first, ``logits - (m + log S)``
+    (Megatron's order), against jax.nn.log_softmax's ``(x - m) - log S``: equal in real
+    arithmetic, not in floats (the two roundings differ), so it stays unproven on purpose."""
+    t, d, v, c = ctx.knob("tokens", 8), ctx.knob("hidden", 16), ctx.knob("vocab", 64), ctx.knob("tp", 4)
+    w = v // c
+    mesh = ctx.mesh({"model": c})
+
+    def xent(x: Any, wv: Any, labels: Any) -> Any:
+        return -jnp.take_along_axis(jax.nn.log_softmax(x @ wv, axis=-1), labels[:, None], axis=-1)[:, 0]
+
+    def per_device(x: Any, wv: Any, labels: Any) -> Any:
+        logits = x @ wv
+        m = jax.lax.pmax(jnp.max(logits, axis=-1, keepdims=True), "model")
+        logp = logits - (m + jnp.log(jax.lax.psum(jnp.sum(jnp.exp(logits - m), axis=-1, keepdims=True), "model")))
+        local = labels - jax.lax.axis_index("model") * w
+        mine = (local >= 0) & (local < w)
+        picked = jnp.take_along_axis(logp, jnp.clip(local, 0, w - 1)[:, None], axis=-1)[:, 0]
+        return -jax.lax.psum(jnp.where(mine, picked, 0.0), "model")
+
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P(), P(None, "model"), P()), out_specs=P(), check_vma=False)
+    return JaxModel(xent, dist, mesh, [JaxInput("x", (t, d)), JaxInput("wv", (d, v), spec=(None, "model")), JaxInput("labels", (t,), "int32", int_range=(0, v))],
+                    description=f"vocab-parallel cross entropy, x - (m + log S), TP {c}")
