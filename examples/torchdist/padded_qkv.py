@@ -137,7 +137,7 @@ def repeat_kv(t: torch.Tensor, n: int) -> torch.Tensor:
 
 
 class ReplicatedKVAttention(torch.nn.Module):
-    def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, tp: int, variant: str | None = None) -> None:
+    def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, tp: int, variant: str | None = None, bias: bool = False) -> None:
         super().__init__()
         self.hd, self.tp, self.variant = head_dim, tp, variant
         if tp == 1:
@@ -145,9 +145,11 @@ class ReplicatedKVAttention(torch.nn.Module):
         else:
             assert tp % kv_heads == 0, "REPLICATE_TO_TP_DEGREE needs the degree to be a multiple of the KV heads"
             self.q_local, self.kv_local = padded_heads(heads, tp) // tp, 1
-        self.q_proj = torch.nn.Linear(hidden, self.q_local * head_dim, bias=False)
-        self.k_proj = torch.nn.Linear(hidden, self.kv_local * head_dim, bias=False)
-        self.v_proj = torch.nn.Linear(hidden, self.kv_local * head_dim, bias=False)
+        # q/k/v biases (Qwen2's) are laid out as their weights: replicate_kv and
+        # maybe_pad_interleaved treat them alike.
+        self.q_proj = torch.nn.Linear(hidden, self.q_local * head_dim, bias=bias)
+        self.k_proj = torch.nn.Linear(hidden, self.kv_local * head_dim, bias=bias)
+        self.v_proj = torch.nn.Linear(hidden, self.kv_local * head_dim, bias=bias)
         self.o_proj = torch.nn.Linear(self.q_local * head_dim, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -172,10 +174,11 @@ class ReplicatedKVAttention(torch.nn.Module):
 
 def replicated_kv(ctx: BuildContext) -> Model:
     hidden, heads, kv_heads, head_dim = ctx.knob("hidden", 16), ctx.knob("heads", 6), ctx.knob("kv_heads", 2), ctx.knob("head_dim", 4)
-    baseline = ReplicatedKVAttention(hidden, heads, kv_heads, head_dim, 1, ctx.variant)
+    bias = ctx.knob("bias", False)
+    baseline = ReplicatedKVAttention(hidden, heads, kv_heads, head_dim, 1, ctx.variant, bias)
 
     def distributed(rank: int) -> ReplicatedKVAttention:
-        return ReplicatedKVAttention(hidden, heads, kv_heads, head_dim, ctx.tp, ctx.variant)
+        return ReplicatedKVAttention(hidden, heads, kv_heads, head_dim, ctx.tp, ctx.variant, bias)
 
     q_layout: dict[str, Any] = {"style": "colwise", "padded": True} if ctx.variant == "kv_tail" else {"style": "colwise", "padded": True, "head_groups": kv_heads}
     o_layout: dict[str, Any] = {"style": "rowwise", "padded": True} if ctx.variant == "kv_tail" else {"style": "rowwise", "padded": True, "head_groups": kv_heads}
