@@ -91,7 +91,7 @@ GAPS: tuple[Gap, ...] = (
         ("torchdist:padded_fused_qkv_tp4", "torchdist:padded_fused_qkv_bias_tp4", "torchdist:padded_fused_qkv_bias_repeat_tp4"),
         ("torchdist:bug_padded_qkv_whole_pad", "torchdist:bug_padded_qkv_head_leak")),
     Gap("a flattened gradient bucket in one all-reduce", ("pair:c_flat_bucket_allreduce",), ("pair:b_flat_bucket_allreduce_offset",)),
-    Gap("GQA with KV heads replicated per rank (neuronx-distributed-inference's REPLICATE_TO_TP_DEGREE: q padded within each KV group)", ("torchdist:gqa_replicated_kv_tp4", "torchdist:gqa_replicated_kv_tp8"), ("torchdist:bug_gqa_kv_tail", "torchdist:bug_gqa_kv_sum")),
+    Gap("GQA with KV heads replicated per rank (neuronx-distributed-inference's REPLICATE_TO_TP_DEGREE: q padded within each KV group)", ("torchdist:gqa_replicated_kv_tp4", "torchdist:gqa_replicated_kv_tp8", "torchdist:gqa_replicated_kv_bias_tp4"), ("torchdist:bug_gqa_kv_tail", "torchdist:bug_gqa_kv_sum")),
 )
 
 
