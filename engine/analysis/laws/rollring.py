@@ -270,14 +270,17 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
                     buffer(u.gid, key)
             elif op == "scatter" and u.operands[0] == b and len(u.operands) == 3:
                 _scatter(rows, g, u, b, key, w, c, values, buffer)
-    if {(u, d) for u, d in rows["rvblock"]} & {(b, k - FLAT) for b, k in buffers if k >= FLAT}:
+    both = {(u, d) for u, d in rows["rvblock"]} & {(b, k - FLAT) for b, k in buffers if k >= FLAT}
+    if both:
         # A node that is one block (its row 0 is all of it) and also a flat buffer of c blocks
-        # along the same dim: the two readings share the key d + 64 and a row-0 fact of one would
-        # be read by the other (tests/soundness_regressions/flat_block_read_as_ring_buffer). Such
-        # a program gets no flat rows (the split form keeps its own).
-        for table, col in (("rvmap", 2), ("rvrow", 2), ("rvupd", 3), ("rvcat", 1), ("rvrows", 1)):
-            rows[table] = [r for r in rows[table] if int(r[col]) < FLAT]  # type: ignore[call-overload]
-        rows["rvflat"], rows["rvblock"] = [], []
+        # along the same dim (concatenate(a, a) at c = 2 is both): the two readings share the key
+        # d + 64, so a row-0 fact of one would be read by the other (tests/soundness_regressions/
+        # flat_block_read_as_ring_buffer). It keeps its buffer reading only: no row reads it as a
+        # block (a joined operand, an update, a block taken out).
+        rows["rvblock"] = [r for r in rows["rvblock"] if r not in both]
+        rows["rvcat"] = [r for r in rows["rvcat"] if not (int(r[1]) >= FLAT and (r[3], int(r[1]) - FLAT) in both)]  # type: ignore[call-overload]
+        rows["rvupd"] = [r for r in rows["rvupd"] if not (int(r[3]) >= FLAT and r[6] and (r[2], int(r[3]) - FLAT) in both)]  # type: ignore[call-overload]
+        rows["rvrow"] = [r for r in rows["rvrow"] if not (int(r[2]) >= FLAT and (r[0], int(r[2]) - FLAT) in both)]  # type: ignore[call-overload]
     if buffers:
         rows["rvring"].append((c,))
 
