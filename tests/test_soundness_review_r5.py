@@ -9,9 +9,14 @@ each correct twin stays verified and equal.
 2. convmax (hole, fixed): convert(max Y) = max(convert Y) needs Y non-empty; over an empty dim
    the reduce is its init and -inf met f16's lowest. Regression:
    tests/soundness_regressions/convert_of_empty_max; the non-empty twin verifies.
-3. tuplerows / convmax attacks that hold: the (value, index) outputs of an argmax swapped on the
+3. rollring flat buffers (hole, fixed): a node that is one block of a flat c-block concatenate
+   and also rolled as a flat buffer itself read its "row 0 is all of me" fact as a row fact; a
+   row overwritten with other values verified as the same block. Regression:
+   tests/soundness_regressions/flat_block_read_as_ring_buffer (and the block reached through an
+   alias: a copy, a reshape round trip, + 0, * 1).
+4. tuplerows / convmax attacks that hold: the (value, index) outputs of an argmax swapped on the
    ranks, a convert to fp8 (no infinity: not monotone into NaN) moved through a max.
-4. The loader's input-table gating (egg.program / laws.leave_out): rules are monotone (no rule
+5. The loader's input-table gating (egg.program / laws.leave_out): rules are monotone (no rule
    retracts a fact), so a proof with fewer rules or a family's tables left empty can only lose
    facts: leaving any family of this stop out never turns a pair that differs into verified.
 """
@@ -115,7 +120,30 @@ def test_convert_to_fp8_is_not_moved_through_a_max() -> None:
     assert _verdict(base, dist, rel) != "verified"
 
 
-# ---- 3. tuplerows: the outputs of a variadic reduce keep their places --------------------------
+# ---- 3. rollring: one block is not a buffer of c blocks ---------------------------------------
+
+FLAT = "flat_block_read_as_ring_buffer"
+
+
+@pytest.mark.parametrize("alias", ["", "copy", "reshape", "add0", "mul1"])
+def test_a_block_that_is_also_a_flat_buffer_is_not_verified(alias: str) -> None:
+    base, dist, rel = _load(FLAT)
+    line = {
+        "copy": "  %cv = f32[4] copy(f32[4] %v)",
+        "reshape": "  %cv0 = f32[2,2] reshape(f32[4] %v)\n  %cv = f32[4] reshape(f32[2,2] %cv0)",
+        "add0": "  %z0 = f32[] constant(0)\n  %z0b = f32[4] broadcast(f32[] %z0), dimensions={}\n  %cv = f32[4] add(f32[4] %v, f32[4] %z0b)",
+        "mul1": "  %o1 = f32[] constant(1)\n  %o1b = f32[4] broadcast(f32[] %o1), dimensions={}\n  %cv = f32[4] multiply(f32[4] %v, f32[4] %o1b)",
+    }.get(alias)
+    if line:
+        old = "  %c4 = f32[16] concatenate(f32[4] %v, f32[4] %v, f32[4] %v, f32[4] %v)"
+        assert old in dist
+        dist = dist.replace(old, line + "\n  %c4 = f32[16] concatenate(f32[4] %cv, f32[4] %cv, f32[4] %cv, f32[4] %cv)")
+    assert _verdict(base, dist, rel) != "verified"
+    if not alias:
+        assert _differs(base, dist, rel)  # element 1 of every rank's block is negated
+
+
+# ---- 4. tuplerows: the outputs of a variadic reduce keep their places --------------------------
 
 
 def _argmax_program() -> Any:
@@ -134,7 +162,7 @@ def test_argmax_values_and_indices_swapped_on_the_ranks_not_verified() -> None:
     assert _differs(p.baseline, swapped, p.relations)
 
 
-# ---- 4. gating: leaving rules out only loses facts --------------------------------------------
+# ---- 5. gating: leaving rules out only loses facts --------------------------------------------
 
 
 def test_no_rules_file_retracts_a_fact() -> None:
@@ -159,7 +187,7 @@ def _differing_pairs() -> list[tuple[str, str, str, dict[str, Any]]]:
     """Pairs that differ in XLA (tests above, the generators' near misses): name, texts, relations."""
     from laws.families import rollring, takealong
 
-    out = [(name, *_load(name)) for name in (BIAS_TWICE, "convert_of_empty_max")]
+    out = [(name, *_load(name)) for name in (BIAS_TWICE, "convert_of_empty_max", FLAT)]
     for gen, seed in ((rollring, 3), (takealong, 4)):
         p = gen(random.Random(seed))
         assert "defect none" not in p.form
