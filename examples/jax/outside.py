@@ -867,3 +867,84 @@ def shard_map_vocab_xent_lse(ctx: JaxContext) -> JaxModel:
     dist = shard_map(per_device, mesh=mesh, in_specs=(P(), P(None, "model"), P()), out_specs=P(), check_vma=False)
     return JaxModel(xent, dist, mesh, [JaxInput("x", (t, d)), JaxInput("wv", (d, v), spec=(None, "model")), JaxInput("labels", (t,), "int32", int_range=(0, v))],
                     description=f"vocab-parallel cross entropy, x - (m + log S), TP {c}")
+
+
+# ---- a fourth batch: a psum over two mesh axes, tied embeddings, mixed precision dots
+
+
+def psum_two_axes(ctx: JaxContext) -> JaxModel:
+    """2-D tensor parallelism: the MLP's ffn dim split over both mesh axes ('data', 'model'),
+    the row-parallel sum ``psum(y, ('data', 'model'))`` over the whole mesh."""
+    b, d, f = ctx.knob("batch", 8), ctx.knob("hidden", 16), ctx.knob("ffn", 64)
+    mesh = ctx.mesh({"data": 2, "model": 2})
+    bug = ctx.variant
+
+    def per_device(x: Any, w1: Any, w2: Any) -> Any:
+        return jax.lax.psum(_mlp(x, w1, w2), "model" if bug == "psum_one_axis" else ("data", "model"))  # BUG-SITE: psum_one_axis
+
+    both = ("data", "model")
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P(), P(None, both), P(both, None)), out_specs=P(), check_vma=False)
+    return JaxModel(_mlp, dist, mesh, [JaxInput("x", (b, d)), JaxInput("w1", (d, f), spec=(None, both)), JaxInput("w2", (f, d), spec=(both, None))],
+                    description="MLP with ffn over ('data', 'model'), psum over both axes")
+
+
+class TiedLm(nn.Module):
+    vocab: int
+    hidden: int
+
+    @nn.compact
+    def __call__(self, ids: Any) -> Any:
+        embed = nn.Embed(self.vocab, self.hidden, embedding_init=nn.with_logical_partitioning(nn.initializers.normal(), ("vocab", "embed")), name="embed")
+        h = jnp.tanh(embed(ids))
+        return embed.attend(h)  # logits with the tied table: h @ E^T
+
+
+def tied_embedding(ctx: JaxContext) -> JaxModel:
+    """A tied-embedding LM head (flax ``nn.Embed.attend``): the lookup and the logits share one
+    table whose vocabulary is sharded over 'model', GSPMD."""
+    s, v, d = ctx.knob("seq", 8), ctx.knob("vocab", 64), ctx.knob("hidden", 16)
+    mesh = ctx.mesh({"data": 1, "model": 4})
+    module = TiedLm(v, d)
+    variables = jax.eval_shape(module.init, jax.random.key(0), jax.ShapeDtypeStruct((s,), jnp.int32))
+    ids = JaxInput("ids", (s,), "int32", int_range=(0, v))
+    return JaxModel(module.apply, module.apply, mesh, [variables, ids], outputs=[(None, "vocab")], rules=(("vocab", "model"), ("embed", None)),
+                    group_axes=("model",), gspmd=True, description="tied embedding lookup + attend, vocab over TP 4, GSPMD")
+
+
+def mixed_precision_mlp(ctx: JaxContext) -> JaxModel:
+    """bf16 weights and activations, each dot accumulated in f32 (``preferred_element_type``) and
+    the row-parallel partial sums all-reduced in f32, as mixed-precision JAX code writes it."""
+    b, d, f, c = ctx.knob("batch", 8), ctx.knob("hidden", 16), ctx.knob("ffn", 64), ctx.knob("tp", 4)
+    mesh = ctx.mesh({"tp": c})
+    bug = ctx.variant
+
+    def mlp(x: Any, w1: Any, w2: Any) -> Any:
+        h = jax.nn.gelu(jnp.dot(x, w1, preferred_element_type=jnp.float32)).astype(jnp.bfloat16)
+        return jnp.dot(h, w2, preferred_element_type=jnp.float32)
+
+    def per_device(x: Any, w1: Any, w2: Any) -> Any:
+        h = jax.nn.gelu(jnp.dot(x, w1, preferred_element_type=jnp.float32)).astype(jnp.bfloat16)
+        y = jnp.dot(h, w2, preferred_element_type=jnp.float32)
+        return jax.lax.psum(y.astype(jnp.bfloat16) if bug == "psum_in_bf16" else y, "tp")  # BUG-SITE: psum_in_bf16
+
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P(), P(None, "tp"), P("tp", None)), out_specs=P(), check_vma=False)
+    return JaxModel(mlp, dist, mesh, [JaxInput("x", (b, d), "bfloat16"), JaxInput("w1", (d, f), "bfloat16", spec=(None, "tp")),
+                                      JaxInput("w2", (f, d), "bfloat16", spec=("tp", None))],
+                    description=f"bf16 MLP with f32 accumulation (preferred_element_type), TP {c}")
+
+
+def highest_precision_mlp(ctx: JaxContext) -> JaxModel:
+    """The TP MLP with ``precision=jax.lax.Precision.HIGHEST`` on its einsums (numerics-sensitive code)."""
+    b, d, f, c = ctx.knob("batch", 8), ctx.knob("hidden", 16), ctx.knob("ffn", 64), ctx.knob("tp", 4)
+    mesh = ctx.mesh({"tp": c})
+    hi = jax.lax.Precision.HIGHEST
+
+    def mlp(x: Any, w1: Any, w2: Any) -> Any:
+        return jnp.einsum("bf,fd->bd", jax.nn.relu(jnp.einsum("bd,df->bf", x, w1, precision=hi)), w2, precision=hi)
+
+    def per_device(x: Any, w1: Any, w2: Any) -> Any:
+        return jax.lax.psum(mlp(x, w1, w2), "tp")
+
+    dist = shard_map(per_device, mesh=mesh, in_specs=(P(), P(None, "tp"), P("tp", None)), out_specs=P(), check_vma=False)
+    return JaxModel(mlp, dist, mesh, [JaxInput("x", (b, d)), JaxInput("w1", (d, f), spec=(None, "tp")), JaxInput("w2", (f, d), spec=("tp", None))],
+                    description=f"MLP with Precision.HIGHEST einsums, TP {c}")
