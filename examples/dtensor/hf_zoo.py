@@ -35,6 +35,7 @@ _EXTRA: dict[str, dict[str, Any]] = {
     "GraniteMoe": {"num_local_experts": 4, "num_experts_per_tok": 2, "experts_implementation": "batched_mm"},
     "Glm4": {"pad_token_id": 0, "head_dim": 4},
     "Jais2": {"pad_token_id": 0},
+    "Ministral": {"head_dim": 4},
     "Qwen3Moe": {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "experts_implementation": "batched_mm"},
     "Olmoe": {"num_experts": 4, "num_experts_per_tok": 2, "experts_implementation": "batched_mm"},
     "PhiMoE": {"num_local_experts": 4, "num_experts_per_tok": 2, "experts_implementation": "batched_mm"},
