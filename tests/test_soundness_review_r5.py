@@ -13,7 +13,8 @@ each correct twin stays verified and equal.
    and also rolled as a flat buffer itself read its "row 0 is all of me" fact as a row fact; a
    row overwritten with other values verified as the same block. Regression:
    tests/soundness_regressions/flat_block_read_as_ring_buffer (and the block reached through an
-   alias: a copy, a reshape round trip, + 0, * 1, a select on true).
+   alias: a copy, a reshape round trip, + 0, * 1, a select on true, a full slice,
+   a concatenate of one).
 4. tuplerows / convmax attacks that hold: the (value, index) outputs of an argmax swapped on the
    ranks, a convert to fp8 (no infinity: not monotone into NaN) moved through a max.
 5. The loader's input-table gating (egg.program / laws.leave_out): rules are monotone (no rule
@@ -125,7 +126,7 @@ def test_convert_to_fp8_is_not_moved_through_a_max() -> None:
 FLAT = "flat_block_read_as_ring_buffer"
 
 
-@pytest.mark.parametrize("alias", ["", "copy", "reshape", "add0", "mul1", "select_true"])
+@pytest.mark.parametrize("alias", ["", "copy", "reshape", "add0", "mul1", "select_true", "full_slice", "cat_one"])
 def test_a_block_that_is_also_a_flat_buffer_is_not_verified(alias: str) -> None:
     base, dist, rel = _load(FLAT)
     line = {
@@ -133,6 +134,8 @@ def test_a_block_that_is_also_a_flat_buffer_is_not_verified(alias: str) -> None:
         "reshape": "  %cv0 = f32[2,2] reshape(f32[4] %v)\n  %cv = f32[4] reshape(f32[2,2] %cv0)",
         "add0": "  %z0 = f32[] constant(0)\n  %z0b = f32[4] broadcast(f32[] %z0), dimensions={}\n  %cv = f32[4] add(f32[4] %v, f32[4] %z0b)",
         "mul1": "  %o1 = f32[] constant(1)\n  %o1b = f32[4] broadcast(f32[] %o1), dimensions={}\n  %cv = f32[4] multiply(f32[4] %v, f32[4] %o1b)",
+        "full_slice": "  %cv = f32[4] slice(f32[4] %v), slice={[0:4]}",
+        "cat_one": "  %cv = f32[4] concatenate(f32[4] %v), dimensions={0}",
         "select_true": "  %tt = pred[] constant(true)\n  %ttb = pred[4] broadcast(pred[] %tt), dimensions={}\n  %ng = f32[4] negate(f32[4] %v)\n"
                        "  %cv = f32[4] select(pred[4] %ttb, f32[4] %v, f32[4] %ng)",
     }.get(alias)
