@@ -148,6 +148,28 @@ def test_a_block_that_is_also_a_flat_buffer_is_not_verified(alias: str) -> None:
         assert _differs(base, dist, rel)  # element 1 of every rank's block is negated
 
 
+@pytest.mark.parametrize("kind", ["add0", "cat_one", "full_slice"])
+def test_a_block_aliased_on_both_ends_is_not_verified(kind: str) -> None:
+    """The block joined (%c4) and the updated buffer joined (%n4) both through an alias that the
+    rules merge with the buffer's class (x + 0, a one-operand concatenate, a full slice): the
+    nodes differ, the e-class is one, so the fix must go by shape, not by node."""
+    base, dist, rel = _load(FLAT)
+
+    def alias(src: str, dst: str) -> str:
+        return {
+            "add0": f"  %{dst}z = f32[] constant(0)\n  %{dst}zb = f32[4] broadcast(f32[] %{dst}z), dimensions={{}}\n  %{dst} = f32[4] add(f32[4] %{src}, f32[4] %{dst}zb)",
+            "cat_one": f"  %{dst} = f32[4] concatenate(f32[4] %{src}), dimensions={{0}}",
+            "full_slice": f"  %{dst} = f32[4] slice(f32[4] %{src}), slice={{[0:4]}}",
+        }[kind]
+
+    for src, dst, cat in (("v", "cv", "c4"), ("n", "cn", "n4")):
+        old = f"  %{cat} = f32[16] concatenate(f32[4] %{src}, f32[4] %{src}, f32[4] %{src}, f32[4] %{src})"
+        assert old in dist
+        dist = dist.replace(old, alias(src, dst) + f"\n  %{cat} = f32[16] concatenate(f32[4] %{dst}, f32[4] %{dst}, f32[4] %{dst}, f32[4] %{dst})")
+    assert _verdict(base, dist, rel) != "verified"
+    assert _differs(base, dist, rel, seeds=1)
+
+
 # ---- 4. tuplerows: the outputs of a variadic reduce keep their places --------------------------
 
 

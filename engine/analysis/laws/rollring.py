@@ -270,13 +270,16 @@ def graph_rows(rows: Rows, g: Graphs) -> None:
                     buffer(u.gid, key)
             elif op == "scatter" and u.operands[0] == b and len(u.operands) == 3:
                 _scatter(rows, g, u, b, key, w, c, values, buffer)
-    both = {(u, d) for u, d in rows["rvblock"]} & {(b, k - FLAT) for b, k in buffers if k >= FLAT}
+    # A node read as one flat block (its row 0 is all of it) must never share an e-class with a
+    # flat buffer of c blocks along the same dim: both readings use the key d + 64, so a row-0
+    # fact of one would be read by the other (tests/soundness_regressions/
+    # flat_block_read_as_ring_buffer). Nodes of one class have one shape, and rules merge
+    # distinct nodes (x + 0, a full slice, ...), so a block whose shape along d is a buffer's
+    # (concatenate(a, a) at c = 2, or an alias of a buffer) keeps no block reading: no rvblock
+    # row, and no join, update or block-taken-out row reads it as one block.
+    flat_shapes = {(shape(b), k - FLAT) for b, k in buffers if k >= FLAT}
+    both = {(u, d) for u, d in rows["rvblock"] if (shape(int(u)), d) in flat_shapes}  # type: ignore[call-overload]
     if both:
-        # A node that is one block (its row 0 is all of it) and also a flat buffer of c blocks
-        # along the same dim (concatenate(a, a) at c = 2 is both): the two readings share the key
-        # d + 64, so a row-0 fact of one would be read by the other (tests/soundness_regressions/
-        # flat_block_read_as_ring_buffer). It keeps its buffer reading only: no row reads it as a
-        # block (a joined operand, an update, a block taken out).
         rows["rvblock"] = [r for r in rows["rvblock"] if r not in both]
         rows["rvcat"] = [r for r in rows["rvcat"] if not (int(r[1]) >= FLAT and (r[3], int(r[1]) - FLAT) in both)]  # type: ignore[call-overload]
         rows["rvupd"] = [r for r in rows["rvupd"] if not (int(r[3]) >= FLAT and r[6] and (r[2], int(r[3]) - FLAT) in both)]  # type: ignore[call-overload]
