@@ -642,6 +642,7 @@ def a2adup(rng: random.Random) -> Program:
     a2a_dim = 1 - s_dim if defect == "a2a-dim" and dims[1 - s_dim] % c == 0 else s_dim
     sl_dim = 1 - s_dim if defect == "slice-dim" and dims[1 - s_dim] >= w else s_dim
     start = e * w + (1 if defect == "slice-off" and (e + 1) * w < dims[sl_dim] else 0)
+    start = min(start, dims[sl_dim] - w)  # a slice along the other, shorter dim stays in range
     out = list(dims)
     out[sl_dim] = w
     sl = ", ".join(f"[{start}:{start + w}]" if d == sl_dim else f"[0:{n}]" for d, n in enumerate(dims))
@@ -2918,7 +2919,7 @@ def reshapesplit(rng: random.Random) -> Program:
     c = len(groups[0])
     t = rng.choice(["f32", "bf16", "s32", "s8", "u8", "f16"])
     b, s, w, d = rng.choice([1, 2]), rng.choice([2, 3]), rng.choice([1, 2]), rng.choice([1, 2, 4])
-    h, n = c * w * d, b * s
+    h = c * w * d
     k = h // d
     form = rng.choice(["direct", "dtensor"])
     defect = rng.choice(["none"] * 5 + ["order", "unsplit", "transposed", "groups"])
@@ -2926,6 +2927,7 @@ def reshapesplit(rng: random.Random) -> Program:
         form = "dtensor"
     if defect == "transposed":
         b = 2  # with b = 1 the (S, B) view is the same sequence: no defect
+    n = b * s  # after b is drawn for good: the baseline's rows are B*S
     ys, zs, loc = f"{t}[{n},{h}]", f"{t}[{b},{s},{k},{d}]", f"{t}[{n},{h // c}]"
     base = (f"HloModule rs_base\n\nENTRY %main (y: {ys}) -> {zs} {{\n  %y = {ys} parameter(0)\n"
             f"  %n = {ys} negate({ys} %y)\n  ROOT %z = {zs} reshape({ys} %n)\n}}\n")
@@ -2977,7 +2979,7 @@ def splitscatter(rng: random.Random) -> Program:
     m = rng.choice([3, 4])
     k = 2 * c
     out = [*rows, m]
-    e = rng.choice(range(len(rows)))
+    e = rng.choice([i for i, n in enumerate(rows) if n % c == 0])  # the scattered dim splits into c
     defect = rng.choice(["none"] * 6 + ["strided", "max", "other_groups", "out_dim", "dup_contract"])
     rs_groups = _other_groups(rng, groups) if defect == "other_groups" else groups
     kl = k if defect == "dup_contract" else k // c
