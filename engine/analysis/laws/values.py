@@ -124,6 +124,9 @@ def _extremes_meet_infinities(module: Module) -> tuple[bool, bool]:
     by = {i.name: i for i in instructions}
     consts = {i.name: i for i in instructions if i.opcode == "constant"}
     ext: dict[str, str] = {}  # "lo" / "hi": the type's lowest / highest finite value, or a fill of it
+    # A bound on the magnitude of the literal parts of a value (as rules/ringmask.egg's rfin):
+    # x + lowest + lowest is -inf on every input the model admits, though x is an input.
+    offset: dict[str, float] = {}
     max_bad = min_bad = False
 
     def meets(extremes: list[str], values: list[str]) -> None:
@@ -171,6 +174,10 @@ def _extremes_meet_infinities(module: Module) -> tuple[bool, bool]:
             continue
         a = [neg.get(o, False) for o in ops]
         b = [pos.get(o, False) for o in ops]
+        offset[name] = _literal_offset(ins, ops, lit, offset, by, ranges)
+        if not lit[name] and dt in FLOAT_MAX and offset[name] > FLOAT_MAX[dt]:
+            neg[name] = pos[name] = True  # its literal parts alone overflow the type
+            continue
         reducer = ins.parsed.get("reducer")
         src = shapes.get(ops[0]) if ops else None
         if op == "convert" and src is not None and (not _may_overflow(src.dtype, dt) or _fits(consts.get(ops[0]), dt)):
@@ -196,6 +203,31 @@ def _extremes_meet_infinities(module: Module) -> tuple[bool, bool]:
         elif any(a) or any(b):
             neg[name] = pos[name] = True
     return max_bad, min_bad
+
+
+def _literal_offset(ins: Instruction, ops: list[str], lit: dict[str, bool], offset: dict[str, float], by: dict[str, Instruction], ranges: Ranges) -> float:
+    """The literal parts' magnitude bound of a float value (finite_extremes): they add through
+    add/subtract, scale through multiply, keep their largest through moves, converts, negate,
+    abs, select's branches and max/min/clamp; any other op starts afresh."""
+    if ins.shape.is_tuple or ins.shape.dtype not in FLOAT_MAX:
+        return 0.0
+
+    def part(o: str) -> float:
+        if lit.get(o) and o in by and by[o].shape.dtype in FLOAT_MAX and not by[o].shape.is_tuple:
+            lo, hi = ranges.of(by[o])
+            return max(abs(float(lo)), abs(float(hi)))
+        return offset.get(o, 0.0)
+
+    op = ins.opcode
+    if op in ("add", "subtract") and len(ops) == 2:
+        return part(ops[0]) + part(ops[1])
+    if op == "multiply" and len(ops) == 2:
+        return part(ops[0]) * part(ops[1])
+    if op == "select" and len(ops) == 3:
+        return max(part(ops[1]), part(ops[2]))
+    if op in _INF_MOVES or op in ("convert", "negate", "abs", "maximum", "minimum", "clamp"):
+        return max((part(o) for o in ops), default=0.0)
+    return 0.0
 
 
 def _nonzero(ins: Instruction, ranges: Ranges) -> bool:
