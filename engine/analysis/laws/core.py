@@ -101,7 +101,13 @@ from ..ops import (
 )
 from ..scatter import scatter_group_factors
 from ..signature import Dims, Sig, gscale, prod, scale
-from .values import finite_extremes, identity_of, index_select_dim, scalar_of
+from .values import (
+    divides_by_literal_zero,
+    finite_extremes,
+    identity_of,
+    index_select_dim,
+    scalar_of,
+)
 
 if TYPE_CHECKING:
     from ..graph import Graphs, Node
@@ -124,6 +130,7 @@ def walk(rows: Rows, g: Graphs) -> Callable[[Node, str, Sig | None, list[Shape]]
     tables = Tables(spec.c, rows)
     groups = GroupTables(tables, set(group_factors(g)))
     block_specs = _block_specs(g)
+    tables.divide_linear = not divides_by_literal_zero(g)
 
     def visit(node: Node, key: str, sig: Sig | None, opnd: list[Shape]) -> None:
         if sig is None:
@@ -208,6 +215,8 @@ class Tables:
         self.rows = rows
         # broadcast signatures seen per side (True: baseline), paired by unit_broadcast
         self.bcasts: dict[bool, dict[str, tuple[Sig, list[int]]]] = {True: {}, False: {}}
+        # (sum_r a_r) / b = sum_r (a_r / b) only where no divisor is a literal 0 (values.divides_by_literal_zero)
+        self.divide_linear = True
 
     def add(self, table: str, *row: object) -> None:
         self.rows[table].append(row)
@@ -247,10 +256,12 @@ class Tables:
             if op == "multiply":
                 self.add("lin2l", k, "add")
                 self.add("lin2r", k, "add")
-            if op == "divide" and sig.out[0] in ("f16", "bf16", "f32", "f64"):
+            if op == "divide" and sig.out[0] in ("f16", "bf16", "f32", "f64") and self.divide_linear:
                 # (sum_r a_r) / b = sum_r (a_r / b) in real arithmetic, the floats' model; not
                 # for integers, whose division truncates ((1 + 1) / 2 = 1, 1/2 + 1/2 = 0) and
-                # gives -1 for x / 0 on every rank (found by the mutation campaign).
+                # gives -1 for x / 0 on every rank (found by the mutation campaign). Nor where a
+                # divisor is a literal 0: each rank's a_r / 0 is an infinity of a_r's sign, and
+                # +inf + -inf is NaN where the baseline has one infinity (review r4).
                 self.add("lin2l", k, "add")
             if op == "maximum":
                 self.add("lin2", k, "max")

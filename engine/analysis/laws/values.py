@@ -104,6 +104,36 @@ def finite_extremes(g: Graphs) -> tuple[bool, bool]:
     return got
 
 
+def divides_by_literal_zero(g: Graphs) -> bool:
+    """Whether a float divide of either program has a literal-only divisor whose range holds 0
+    (ranges.py): x / 0 is an infinity on every input with x != 0, one the program makes, so the
+    law (sum_r a_r) / b = sum_r (a_r / b) (core.py lin2l) does not hold there (+inf + -inf is
+    NaN). An input-dependent divisor that is 0 is the model's exclusion, as every overflow."""
+    got = g.memo.get("divides_by_literal_zero")
+    if got is not None:
+        return got  # type: ignore[no-any-return]
+    from ..ranges import Ranges
+
+    found = False
+    for module in (g.baseline, g.distributed):
+        instructions = module.entry.instructions
+        lit: dict[str, bool] = {}
+        by = {i.name: i for i in instructions}
+        ranges: Ranges | None = None
+        for ins in instructions:
+            ops = ins.operands
+            lit[ins.name] = ins.opcode in ("constant", "iota") or (ins.opcode != "parameter" and bool(ops) and all(lit.get(o, False) for o in ops))
+            if ins.opcode == "divide" and len(ops) == 2 and ins.shape.dtype in _FLOATS and lit.get(ops[1]):
+                ranges = ranges or Ranges(module, {})
+                if not _nonzero(by[ops[1]], ranges):
+                    found = True
+                    break
+        if found:
+            break
+    g.memo["divides_by_literal_zero"] = found
+    return found
+
+
 def _extremes_meet_infinities(module: Module) -> tuple[bool, bool]:
     """(a value that may hold -inf meets a max-like op, one that may hold +inf meets a min-like
     op) in one program (finite_extremes)."""
