@@ -182,7 +182,17 @@ class Ranges:
             hi = _safe(math.log, a[1], math.inf) if a[1] > 0 else -math.inf
             return (lo, hi)
         if op == "exponential":
-            return (_safe(math.exp, a[0], 0.0), _safe(math.exp, a[1], math.inf) if a[1] < math.inf else math.inf)
+            # Endpoints rounded to the type (monotone): exp(-200) is 0 in f32, not 1e-87.
+            return (round_to(dtype, _safe(math.exp, a[0], 0.0)), round_to(dtype, _safe(math.exp, a[1], math.inf)) if a[1] < math.inf else math.inf)
+        if op == "power" and len(rs) == 2 and a[0] > 0 and all(math.isfinite(v) for v in (*a, *rs[1])):
+            # a^b = exp(b·ln a) with a > 0: b·ln a is bilinear, so its extremes over the box of
+            # the ranges are at the corners; rounded to the type (10000^-50 underflows to 0 in
+            # f32) and widened by the op's rounding.
+            try:
+                corners = [math.pow(x, y) for x in a for y in rs[1]]
+            except OverflowError:
+                return None
+            return _widen(dtype, (round_to(dtype, min(corners)), round_to(dtype, max(corners))))
         if op == "sqrt":
             return (math.sqrt(max(a[0], 0.0)), math.sqrt(a[1]) if a[1] >= 0 else 0.0)
         if op == "tanh":

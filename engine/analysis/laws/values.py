@@ -104,6 +104,16 @@ def finite_extremes(g: Graphs) -> tuple[bool, bool]:
     return got
 
 
+def _array_literal_ranges(instructions: list[Instruction]) -> dict[str, tuple[float, float]]:
+    """Array literals' exact ranges (ranges.py reads scalar literals only)."""
+    seeds = {}
+    for ins in instructions:
+        vals = _literal_values(ins) if ins.opcode == "constant" and ins.shape.dims and ins.shape.numel <= 1 << 16 else None
+        if vals:
+            seeds[ins.name] = (min(vals), max(vals))
+    return seeds
+
+
 def divides_by_literal_zero(g: Graphs) -> bool:
     """Whether a float divide of either program has a literal-only divisor whose range holds 0
     (ranges.py): x / 0 is an infinity on every input with x != 0, one the program makes, so the
@@ -124,7 +134,7 @@ def divides_by_literal_zero(g: Graphs) -> bool:
             ops = ins.operands
             lit[ins.name] = ins.opcode in ("constant", "iota") or (ins.opcode != "parameter" and bool(ops) and all(lit.get(o, False) for o in ops))
             if ins.opcode == "divide" and len(ops) == 2 and ins.shape.dtype in _FLOATS and lit.get(ops[1]):
-                ranges = ranges or Ranges(module, {})
+                ranges = ranges or Ranges(module, _array_literal_ranges(instructions))
                 if not _nonzero(by[ops[1]], ranges):
                     found = True
                     break
@@ -140,12 +150,7 @@ def _extremes_meet_infinities(module: Module) -> tuple[bool, bool]:
     from ..ranges import Ranges
 
     instructions = module.entry.instructions
-    seeds = {}  # array literals' exact ranges (ranges.py reads scalar literals only)
-    for ins in instructions:
-        vals = _literal_values(ins) if ins.opcode == "constant" and ins.shape.dims and ins.shape.numel <= 1 << 16 else None
-        if vals:
-            seeds[ins.name] = (min(vals), max(vals))
-    ranges = Ranges(module, seeds)
+    ranges = Ranges(module, _array_literal_ranges(instructions))
     neg: dict[str, bool] = {}
     pos: dict[str, bool] = {}
     lit: dict[str, bool] = {}  # computed from literals alone
@@ -245,7 +250,8 @@ def _literal_offset(ins: Instruction, ops: list[str], lit: dict[str, bool], offs
     def part(o: str) -> float:
         if lit.get(o) and o in by and by[o].shape.dtype in FLOAT_MAX and not by[o].shape.is_tuple:
             lo, hi = ranges.of(by[o])
-            return max(abs(float(lo)), abs(float(hi)))
+            m = max(abs(float(lo)), abs(float(hi)))
+            return m if math.isfinite(m) else 0.0  # an infinite literal is flagged as such (neg/pos)
         return offset.get(o, 0.0)
 
     op = ins.opcode
