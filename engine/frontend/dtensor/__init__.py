@@ -11,6 +11,9 @@ Python int from the process group, so they are declared ``rank: int`` and built 
   wrapped back into a DTensor, every mesh reads as an XLA mesh (so ``from_local`` never moves a
   placeholder to the CPU), DTensor's local computations run under torch-xla's
   functionalization, and DTensor / ``AsyncCollectiveTensor`` outputs become plain tensors;
+- ``plan_frames.py``: the line that wrote each plan entry's ParallelStyle, appended as an
+  outermost frame to the instructions of the module it styles (and their uses on its calling
+  lines), so a plan bug reported where its values differ carries its plan line too;
 - ``placements.py``: the relations of parameters and outputs derived from their placements
   (``Shard(d)``, ``Replicate()``, ``Partial()``), checked against both shapes and the groups.
 """

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from .placements import Placed, PlacementError, input_relation
+from .plan_frames import recording
 
 _PLAN_KEY_WARNING = "Parallelize plan key"
 
@@ -137,6 +138,8 @@ def declaring(world: int, groups: list[list[int]]) -> Iterator[None]:
         stack.callback(lambda: [setattr(torch.cuda, k, v) for k, v in saved.items()])
         mesh_class.__init__ = init  # type: ignore[method-assign]
         stack.callback(setattr, mesh_class, "__init__", original_init)
+        # Where each plan entry's style is written: the frame a plan bug is reported at too.
+        stack.enter_context(recording())
         yield
     unresolved = [str(w.message) for w in caught if str(w.message).startswith(_PLAN_KEY_WARNING)]
     for w in caught:

@@ -27,6 +27,7 @@ from typing import Any
 
 from .. import build as common
 from .. import capture
+from ..dtensor import plan_frames
 from ..dtensor.host import declaring, traced_inputs
 from . import backend, shims
 from .lift import lift, source_reader
@@ -99,6 +100,7 @@ def _rank_child(request: common.BuildRequest, fn: Any, rank: int, world: int, fo
     if rank == 0:
         common._annotate_modules(base)
         common._annotate_modules(dist)
+        plan_frames.add_plan_frames(program, dist.captured.sourcemap, dist.captured.hlo_text, plan_frames.repository_files(Path(request.root), _hidden(request), request.source_packages))
         (folder / "baseline.hlo").write_text(base.captured.hlo_text)
         (folder / "sourcemap.json").write_text(capture.dump_sourcemap(dist.captured.sourcemap))
         (folder / "baseline.sourcemap.json").write_text(capture.dump_sourcemap(base.captured.sourcemap))
