@@ -60,7 +60,7 @@ GAPS: tuple[Gap, ...] = (
     Gap("vmapped jnp.argmax in MoE routing (tuple-shaped reduce)", ("jax:jax_moe_argmax_routing",), ("jax:jax_moe_argmax_routing_argmin",)),
     Gap("JAX Ulysses, untiled all-to-all", ("jax:jax_ulysses_untiled",), ("jax:jax_ulysses_untiled_seq_interleaved",)),
     Gap("ring all-reduce forwarding its running sum", ("jax:jax_ring_running_sum",), ("jax:jax_ring_running_sum_doubled",)),
-    Gap("fairscale list-form all_gather on the last dim (ParallelEmbedding)", ("torchdist:fairscale_embedding_tp4",), ()),
+    Gap("fairscale list-form all_gather on the last dim (ParallelEmbedding)", ("torchdist:fairscale_embedding_tp4",), ("torchdist:bug_fairscale_gather_reversed",)),
     Gap("fairscale VocabParallelEmbedding (degree-1 baseline keeps an always-false mask)",
         ("torchdist:fairscale_vocab_embedding_tp4",), ("torchdist:bug_fairscale_vocab_range_reversed",)),
     Gap("DeepSpeed Ulysses (5-D reshape/permute around the all-to-all)", ("pair:c_deepspeed_ulysses_5d",), ("pair:b_deepspeed_ulysses_5d_post_permute",)),

@@ -167,3 +167,15 @@ def test_a_modulelist_moe_builds_with_expert_list_and_the_witness_holds_it(tmp_p
     src = chunks["result"]["divergences"][0]["source"]
     site = bug_sites([ROOT / "examples" / "torchdist" / "moe_models.py"], ROOT)["chunks_reversed"]
     assert src["file"] == site[0] and site[1] <= src["line"] <= site[1] + 2, (src, site)
+
+
+@needs
+def test_parallel_embedding_gather_in_reverse_rank_order_is_a_confirmed_divergence(tmp_path: Path) -> None:
+    """fairscale's ParallelEmbedding gathers its column blocks with a list all_gather; joined from
+    the last rank to the first (examples/torchdist/fairscale_bugs.py gather_reversed), every rank's
+    columns sit in another's place: diverged at the fairscale line that gathers, witness confirmed."""
+    rows = _rows(run_models(EXAMPLE, tmp_path, ["bug_fairscale_gather_reversed"]))
+    bug = rows["bug_fairscale_gather_reversed"]
+    assert bug["status"] == "diverged" and bug["result"]["witness"]["status"] == "confirmed", bug.get("result", {}).get("reason")
+    source = bug["result"]["divergences"][0]["source"]
+    assert source["file"].endswith("fairscale/nn/model_parallel/layers.py") and source["line"] == 214, source
