@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from ...ir import Module, Shape
 from ...relations import RelationSpec
-from ..signature import Dims, Sig, prod
+from ..signature import Dims, Sig
 from .core import reduce_init_identities
 from .padded import PadTables
 
@@ -67,35 +67,10 @@ class GroupTables(PadTables):
         if n % self.k == 0:
             super().note(n, w)
 
-    def _reshape(self, sig: Sig, src: Dims, out: Dims) -> None:
-        """As PadTables._reshape, but a split of d into (n/T, T, ...) only where T divides the
-        group's extent n/K too (every group splits alike, its tail stays its tail)."""
-        k, add = sig.key(), self.add
-        for d, n in enumerate(src):
-            ws = self._ws(n)
-            if not ws:
-                continue
-            before = prod(src[:d])
-            for e in range(len(out)):
-                if prod(out[:e]) != before:
-                    continue
-                if out[e] == n:
-                    for w in ws:
-                        add("pm1", k, d, w, e, w, 1, sig.with_dims([_set(src, d, w)], _set(out, e, w)).key())
-                    continue
-                for f in range(e + 2, len(out) + 1):
-                    if prod(out[e:f]) == n:
-                        t = prod(out[e + 1 : f])
-                        for w in ws:
-                            if w % t == 0 and (n // self.k) % t == 0:
-                                self.note(n // t, w // t)
-                                add("pm1", k, d, w, e, w // t, 1, sig.with_dims([_set(src, d, w)], _set(out, e, w // t)).key())
-                for f in range(d + 2, len(src) + 1):
-                    if prod(src[d:f]) == out[e]:
-                        t = prod(src[d + 1 : f])
-                        for w in ws:
-                            self.note(n * t, w * t)
-                            add("pm1", k, d, w, e, w * t, 1, sig.with_dims([_set(src, d, w)], _set(out, e, w * t)).key())
+    def _splits(self, n: int, t: int) -> bool:
+        # A split of d into (n/T, T, ...) only where T divides the group's extent n/K too
+        # (every group splits alike, its tail stays its tail).
+        return (n // self.k) % t == 0
 
 
 def _set(dims: Dims, d: int, v: int) -> Dims:

@@ -147,6 +147,11 @@ class PadTables:
         if n > 0 and w > 0 and self.c * w >= n:
             self.widths.setdefault(n, set()).add(w)
 
+    def _splits(self, n: int, t: int) -> bool:
+        """Whether a split of the padded extent n into (n/T, T, ...) keeps the layout (GroupTables
+        narrows it to T dividing each group's extent)."""
+        return True
+
     def _ws(self, n: int) -> list[int]:
         return sorted(self.widths.get(n, ()))
 
@@ -311,7 +316,7 @@ class PadTables:
                     if prod(out[e:f]) == n:
                         t = prod(out[e + 1 : f])
                         for w in ws:
-                            if w % t == 0:
+                            if w % t == 0 and self._splits(n, t):
                                 self.note(n // t, w // t)
                                 add("pm1", k, d, w, e, w // t, 1, sig.with_dims([_set(src, d, w)], _set(out, e, w // t)).key())
                 # merge: src[d:f] multiplies to out[e]

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 
 from ...hlo.literals import FLOAT_MAX, INT_BITS, LiteralError, read_scalar
 from ...hlo.parser import literal_is_elided
+from .values import combine_literal_parts
 
 if TYPE_CHECKING:
     from ...ir import Instruction
@@ -101,16 +102,7 @@ def _offset(ins: Instruction, ops: list[int], bound: dict[int, Fraction | None],
     def part(o: int) -> Fraction:
         return (bound[o] or Fraction(0)) if o in bound else offset.get(o, Fraction(0))
 
-    op = ins.opcode
-    if op in ("add", "subtract") and len(ops) == 2:
-        return part(ops[0]) + part(ops[1])
-    if op == "multiply" and len(ops) == 2:
-        return part(ops[0]) * part(ops[1])
-    if op == "select" and len(ops) == 3:
-        return max(part(ops[1]), part(ops[2]))
-    if op in MOVES or op in ("convert", "negate", "abs", "maximum", "minimum", "clamp"):
-        return max((part(o) for o in ops), default=Fraction(0))
-    return Fraction(0)
+    return combine_literal_parts(ins.opcode, ops, part, MOVES, Fraction(0))
 
 
 # Ops that give an infinity or NaN from finite operands (log(0), sqrt(-1), exp(100) ...). On an

@@ -7,7 +7,8 @@ counts exactly, which int converts keep every value, and the shapes of index_sel
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from ...hlo.literals import FLOAT_MAX, INT_BITS, int_range, scalar_value
 from ...hlo.parser import literal_is_elided
@@ -65,6 +66,8 @@ _INF_MOVES = frozenset({"broadcast", "reshape", "transpose", "copy", "bitcast", 
                         "dynamic-slice", "dynamic-update-slice", "gather", "reverse", "add", "all-gather", "all-to-all",
                         "collective-permute", "get-tuple-element", "tuple", "all-reduce", "reduce-scatter"})
 _FLOATS = frozenset({"f16", "bf16", "f32", "f64"})
+K = TypeVar("K")  # an operand's key: an instruction name, a node id
+N = TypeVar("N")  # a magnitude: float, Fraction
 # Values computed by another computation (a folded layer's placeholder is a custom-call).
 _OUT_OF_VIEW = frozenset({"custom-call", "fusion", "call", "while", "conditional", "map"})
 # Ops that make no infinity from finite operands (on literals: no overflow to fear).
@@ -254,16 +257,24 @@ def _literal_offset(ins: Instruction, ops: list[str], lit: dict[str, bool], offs
             return m if math.isfinite(m) else 0.0  # an infinite literal is flagged as such (neg/pos)
         return offset.get(o, 0.0)
 
-    op = ins.opcode
+    return combine_literal_parts(ins.opcode, ops, part, _INF_MOVES, 0.0)
+
+
+def combine_literal_parts(op: str, ops: list[K], part: Callable[[K], N], moves: frozenset[str], zero: N) -> N:
+    """The literal parts' magnitude bound of an op's result from its operands' (``part``): they
+    add through add/subtract, scale through multiply, keep their largest through ``moves``,
+    converts, negate/abs, select's branches and max/min/clamp; any other op starts afresh
+    (``zero``). Shared by finite_extremes (floats over instruction names) and rules/ringmask.egg's
+    rfin (exact fractions over node ids)."""
     if op in ("add", "subtract") and len(ops) == 2:
-        return part(ops[0]) + part(ops[1])
+        return part(ops[0]) + part(ops[1])  # type: ignore[operator, no-any-return]
     if op == "multiply" and len(ops) == 2:
-        return part(ops[0]) * part(ops[1])
+        return part(ops[0]) * part(ops[1])  # type: ignore[operator, no-any-return]
     if op == "select" and len(ops) == 3:
-        return max(part(ops[1]), part(ops[2]))
-    if op in _INF_MOVES or op in ("convert", "negate", "abs", "maximum", "minimum", "clamp"):
-        return max((part(o) for o in ops), default=0.0)
-    return 0.0
+        return max(part(ops[1]), part(ops[2]))  # type: ignore[type-var]
+    if op in moves or op in ("convert", "negate", "abs", "maximum", "minimum", "clamp"):
+        return max((part(o) for o in ops), default=zero)  # type: ignore[type-var]
+    return zero
 
 
 def _nonzero(ins: Instruction, ranges: Ranges) -> bool:
